@@ -1,0 +1,175 @@
+"""Typed hyperparameters and tensor2tensor's "name=value,name=value" overrides.
+
+tensor2tensor kept its hyperparameters in an untyped bag of about 150 keys. Here they are one
+dataclass with a documented field per key; the names are tensor2tensor's so that a user's
+`--hparams="num_hidden_layers=2,learning_rate_warmup_steps=400"` means what it meant there.
+"""
+import dataclasses
+import difflib
+import typing
+from typing import Tuple
+
+LEARNING_RATE_FACTORS = (
+    "constant",            # learning_rate_constant
+    "linear_warmup",       # min(1, step / warmup)
+    "rsqrt_decay",         # rsqrt(max(step, warmup))
+    "rsqrt_hidden_size",   # hidden_size ** -0.5
+    "noam",                # the paper's §5.3: d^-0.5 * min(step^-0.5, step * warmup^-1.5)
+)
+SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
+TIMING_SIGNALS = ("concat", "interleaved")
+
+
+class HParamsError(ValueError):
+    """A bad hyperparameter name, value or override string."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """The hyperparameters of a Transformer run, with tensor2tensor's names and meanings.
+
+    The defaults are `transformer_base` (tensor2tensor's v3 defaults); `hparams/transformer.py`
+    registers the named sets that change them.
+    """
+
+    # --- Model size (paper Table 3, "base") ---
+    hidden_size: int = 512                   # d_model
+    filter_size: int = 2048                  # d_ff, the inner size of the feed-forward network
+    num_heads: int = 8                       # h
+    num_hidden_layers: int = 6               # N, for both stacks unless overridden below
+    num_encoder_layers: int = 0              # 0: use num_hidden_layers
+    num_decoder_layers: int = 0              # 0: use num_hidden_layers
+    # --- Sublayer connection: t2t's layer_preprocess / layer_postprocess sequences ---
+    # "n" / "da" is pre-norm: x + dropout(f(norm(x))), with a final norm after each stack.
+    # "none" / "dan" is the paper's post-norm: norm(x + dropout(f(x))).
+    layer_preprocess_sequence: str = "n"
+    layer_postprocess_sequence: str = "da"
+    norm_epsilon: float = 1e-6
+    # --- Regularisation (paper §5.4) ---
+    layer_prepostprocess_dropout: float = 0.1  # residual dropout, also applied to the embeddings
+    attention_dropout: float = 0.1           # on the attention weights
+    relu_dropout: float = 0.1                # inside the feed-forward network, after the relu
+    label_smoothing: float = 0.1
+    # --- Embeddings and positions (paper §3.4, §3.5) ---
+    shared_embedding_and_softmax_weights: bool = True
+    timing_signal: str = "concat"            # t2t's sin|cos halves, or the paper's "interleaved"
+    initializer_gain: float = 1.0            # Glorot-uniform scale (t2t's uniform_unit_scaling)
+    # --- Optimiser (paper §5.3) ---
+    optimizer_adam_beta1: float = 0.9
+    optimizer_adam_beta2: float = 0.997
+    optimizer_adam_epsilon: float = 1e-9
+    clip_grad_norm: float = 0.0              # 0: no clipping
+    learning_rate_schedule: Tuple[str, ...] = (
+        "constant", "linear_warmup", "rsqrt_decay", "rsqrt_hidden_size")
+    learning_rate_constant: float = 2.0
+    learning_rate_warmup_steps: int = 8000
+    # --- Input pipeline (t2t's data_reader) ---
+    batch_size: int = 4096                   # tokens per batch (longest of source and target)
+    max_length: int = 256                    # training drops longer examples
+    min_length_bucket: int = 8
+    length_bucket_step: float = 1.1
+
+    def __post_init__(self):
+        check = _Checker(self)
+        check.positive("hidden_size", "filter_size", "num_heads", "num_hidden_layers",
+                       "batch_size", "max_length", "min_length_bucket",
+                       "learning_rate_warmup_steps")
+        check.non_negative("num_encoder_layers", "num_decoder_layers", "clip_grad_norm",
+                           "learning_rate_constant")
+        check.probability("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
+                          "label_smoothing")
+        if self.hidden_size % self.num_heads:
+            raise HParamsError(f"hidden_size={self.hidden_size} is not divisible by "
+                               f"num_heads={self.num_heads}")
+        if self.length_bucket_step <= 1.0:
+            raise HParamsError(f"length_bucket_step must be > 1, got {self.length_bucket_step}")
+        for name in ("layer_preprocess_sequence", "layer_postprocess_sequence"):
+            sequence = getattr(self, name)
+            if sequence != "none" and (not sequence or set(sequence) - set(SUBLAYER_OPERATIONS)):
+                raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
+                                   f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
+        check.one_of("timing_signal", TIMING_SIGNALS)
+        for factor in self.learning_rate_schedule:
+            if factor not in LEARNING_RATE_FACTORS:
+                raise HParamsError(f"learning_rate_schedule: unknown factor {factor!r}; "
+                                   f"known factors: {', '.join(LEARNING_RATE_FACTORS)}")
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.num_encoder_layers or self.num_hidden_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_decoder_layers or self.num_hidden_layers
+
+    def replace(self, **changes) -> "HParams":
+        return dataclasses.replace(self, **changes)
+
+    def override_from_string(self, overrides: str) -> "HParams":
+        """Applies "a=1,b=x" (t2t's --hparams); tuple fields take "x*y*z"."""
+        return self.replace(**parse_overrides(overrides, self))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _Checker:
+    def __init__(self, hparams):
+        self.hparams = hparams
+
+    def _each(self, names, ok, expectation):
+        for name in names:
+            value = getattr(self.hparams, name)
+            if not ok(value):
+                raise HParamsError(f"{name}={value!r}: expected {expectation}")
+
+    def positive(self, *names):
+        self._each(names, lambda v: v > 0, "a positive number")
+
+    def non_negative(self, *names):
+        self._each(names, lambda v: v >= 0, "a number >= 0")
+
+    def probability(self, *names):
+        self._each(names, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1)")
+
+    def one_of(self, name, choices):
+        self._each([name], lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+def _parse_value(name: str, text: str, field_type):
+    if field_type is bool:
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise HParamsError(f"hparams override {name}={text!r}: expected bool (true or false)")
+    if field_type in (int, float):
+        try:
+            return field_type(text)
+        except ValueError:
+            raise HParamsError(f"hparams override {name}={text!r}: expected "
+                               f"{field_type.__name__}") from None
+    if field_type is str:
+        return text.strip()
+    if typing.get_origin(field_type) is tuple:
+        return tuple(part.strip() for part in text.split("*") if part.strip())
+    raise HParamsError(f"hparams override {name}: unsupported type {field_type}")
+
+
+def parse_overrides(overrides: str, hparams: HParams) -> dict:
+    """Parses "a=1,b=x" into {field: typed value}; names every bad key with what it expects."""
+    types = typing.get_type_hints(type(hparams))
+    changes = {}
+    for item in filter(None, (part.strip() for part in overrides.split(","))):
+        if "=" not in item:
+            raise HParamsError(f"hparams override {item!r}: expected name=value")
+        name, text = (part.strip() for part in item.split("=", 1))
+        if name not in types:
+            close = difflib.get_close_matches(name, list(types), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise HParamsError(f"hparams override: unknown hparam {name!r}.{hint} "
+                               f"Known hparams: {', '.join(sorted(types))}")
+        changes[name] = _parse_value(name, text, types[name])
+    return changes
+
