@@ -21,6 +21,8 @@ INSTALL_REQUIRES = [
     "sentencepiece==0.2.3",
     "absl-py==2.5.1",
     "matplotlib==3.11.2",
+    "tensorboard==2.21.0",
+    "tqdm==4.70.1",
 ]
 
 setuptools.setup(

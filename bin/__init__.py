@@ -1,0 +1,1 @@
+"""Command-line programs; each parses absl flags and calls one library function."""

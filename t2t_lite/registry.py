@@ -34,6 +34,8 @@ def _register(table, kind, name, value):
     if name in table and table[name] is not value:
         raise RegistryError(f"{kind} {name!r} is already registered")
     table[name] = value
+    if table is _PROBLEMS:
+        value.name = name
     return value
 
 

@@ -1,0 +1,71 @@
+"""What every t2t_lite program shares: a quiet TensorFlow start, the run flags, and errors that
+end the program with one clear line instead of a traceback."""
+import contextlib
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """TensorFlow's native code prints CUDA probing errors on machines without a GPU before
+    its logging starts; they are noise on a CPU run, so stderr is closed while it loads."""
+    if os.environ.get("T2T_LITE_VERBOSE_STARTUP"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+with _native_stderr_silenced():
+    import tensorflow as tf  # noqa: E402
+    tf.config.list_physical_devices()
+
+from absl import app, flags, logging  # noqa: E402
+
+from t2t_lite import registry  # noqa: E402
+from t2t_lite.hparams_lib import HParamsError  # noqa: E402
+from t2t_lite.registry import RegistryError  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_problem_flags():
+    flags.DEFINE_string("problem", None, "Registered problem name, e.g. algorithmic_copy.")
+    flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords and vocabulary.")
+
+
+def define_model_flags():
+    flags.DEFINE_string("model", "transformer", "Registered model name.")
+    flags.DEFINE_string("hparams_set", None, "Registered hparams set, e.g. transformer_base.")
+    flags.DEFINE_string("hparams", "", 'Overrides, e.g. "num_hidden_layers=2,batch_size=1024".')
+    flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
+
+
+def hparams_from_flags():
+    hparams = registry.hparams(FLAGS.hparams_set)
+    return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
+
+
+USER_ERRORS = (RegistryError, HParamsError, ValueError, FileNotFoundError, OSError)
+
+
+def run_main(main):
+    """absl's app.run, with user errors reported as `error: ...` and exit status 2."""
+    def guarded(argv):
+        logging.set_verbosity(logging.INFO)
+        logging.use_absl_handler()
+        try:
+            return main(argv)
+        except USER_ERRORS as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+    app.run(guarded)

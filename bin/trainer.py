@@ -1,0 +1,41 @@
+"""t2t_lite-trainer: train a model on a problem (t2t-trainer).
+
+  t2t_lite-trainer --problem=algorithmic_copy --model=transformer --hparams_set=transformer_tiny \
+      --data_dir=D --output_dir=O --train_steps=1000
+"""
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.training import trainer
+
+common.define_problem_flags()
+common.define_model_flags()
+_DEFAULTS = trainer.RunConfig()
+flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.")
+flags.DEFINE_integer("eval_steps", _DEFAULTS.eval_steps, "Dev batches per evaluation.")
+flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Updates between evaluations.")
+flags.DEFINE_integer("save_checkpoints_steps", _DEFAULTS.save_checkpoints_steps,
+                     "Updates between checkpoints.")
+flags.DEFINE_integer("keep_checkpoint_max", _DEFAULTS.keep_checkpoint_max,
+                     "How many recent checkpoints to keep.")
+flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
+                     "Updates between progress lines and TensorBoard points.")
+flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile, "Compile the training step with XLA.")
+flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
+
+
+def main(argv):
+    config = trainer.RunConfig(
+        train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
+        jit_compile=FLAGS.jit_compile)
+    trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
+                  FLAGS.output_dir, config)
+
+
+def run():
+    common.run_main(main)
+
+
+if __name__ == "__main__":
+    run()

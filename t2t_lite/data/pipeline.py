@@ -1,0 +1,94 @@
+"""The input pipeline: TFRecords -> length-bucketed batches of about `batch_size` tokens.
+
+tensor2tensor's `data_reader`: an example's length is the longer of its source and target;
+training drops examples longer than `max_length`; examples are grouped into buckets with
+geometric boundaries (8, 9, ..., each about 1.1 times the last) and each bucket gets
+`batch_size // boundary` examples, so every batch holds about `batch_size` tokens. Every batch is
+padded to its bucket's boundary, so the set of batch shapes is as small as the set of buckets and
+XLA compiles once per bucket instead of once per length.
+"""
+import tensorflow as tf
+
+FEATURES = ("inputs", "targets")
+READ_PARALLELISM = 4
+SHUFFLE_BUFFER = 2048
+
+
+def bucket_boundaries(max_length: int, min_length: int = 8, length_bucket_step: float = 1.1):
+    """t2t's `_bucket_boundaries`: x = min_length; while x < max_length: keep x and grow it to
+    max(x + 1, int(x * step)). For max_length 256 that is 8, 9, ..., 236 (41 boundaries)."""
+    boundaries = []
+    x = min_length
+    while x < max_length:
+        boundaries.append(x)
+        x = max(x + 1, int(x * length_bucket_step))
+    return boundaries
+
+
+def bucket_batch_sizes(boundaries: list, batch_size: int, max_length: int) -> list:
+    """Examples per batch for each bucket, the last bucket reaching max_length: t2t's
+    max(1, batch_size // length)."""
+    return [max(1, batch_size // length) for length in boundaries + [max_length]]
+
+
+def parse_example(serialized):
+    features = tf.io.parse_single_example(
+        serialized, {name: tf.io.VarLenFeature(tf.int64) for name in FEATURES})
+    return {name: tf.cast(tf.sparse.to_dense(features[name]), tf.int32) for name in FEATURES}
+
+
+def example_length(example):
+    return tf.maximum(tf.shape(example["inputs"])[0], tf.shape(example["targets"])[0])
+
+
+def read_examples(filepattern: str, shuffle_files: bool) -> tf.data.Dataset:
+    """Parallel reads of every shard matching `filepattern`, parsed into int32 id vectors."""
+    files = tf.data.Dataset.list_files(filepattern, shuffle=shuffle_files)
+    dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=READ_PARALLELISM,
+                               num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=not shuffle_files)
+    return dataset.map(parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def bucket_by_length(dataset: tf.data.Dataset, hparams, max_length: int,
+                     drop_remainder: bool) -> tf.data.Dataset:
+    """Groups examples of length <= max_length into token batches padded to their boundary.
+
+    tf.data's bucket i holds lengths in [b_(i-1), b_i) padded to b_i - 1, so the t2t boundaries
+    are shifted by one: the bucket of boundary B holds lengths in (previous B, B], padded to B.
+    """
+    boundaries = bucket_boundaries(max_length, hparams.min_length_bucket,
+                                   hparams.length_bucket_step)
+    batch_sizes = bucket_batch_sizes(boundaries, hparams.batch_size, max_length)
+    return dataset.bucket_by_sequence_length(
+        element_length_func=example_length,
+        bucket_boundaries=[b + 1 for b in boundaries] + [max_length + 1],
+        bucket_batch_sizes=batch_sizes + [1],  # the last bucket (> max_length) stays empty
+        padded_shapes={name: [None] for name in FEATURES},
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder)
+
+
+def batched_dataset(filepattern: str, hparams, training: bool,
+                    shuffle_files: bool = True) -> tf.data.Dataset:
+    """Training: shuffled, repeated, examples over max_length dropped, full batches only (one
+    shape per bucket). Evaluation: one ordered pass; the pipeline pads to max_length buckets, so
+    longer dev examples are also dropped here (t2t kept them; see the README)."""
+    max_length = hparams.max_length
+    dataset = read_examples(filepattern, shuffle_files=shuffle_files)
+    dataset = dataset.filter(lambda example: example_length(example) <= max_length)
+    if training:
+        dataset = dataset.shuffle(SHUFFLE_BUFFER).repeat()
+    dataset = bucket_by_length(dataset, hparams, max_length, drop_remainder=training)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def padding_fraction(dataset: tf.data.Dataset, num_batches: int) -> float:
+    """Share of padding among the tokens of the first `num_batches` batches (both features)."""
+    real = total = 0
+    for batch in dataset.take(num_batches):
+        for name in FEATURES:
+            ids = batch[name]
+            real += int(tf.math.count_nonzero(ids))
+            total += int(tf.size(ids))
+    return 1.0 - real / max(total, 1)

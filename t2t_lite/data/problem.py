@@ -1,0 +1,123 @@
+"""The Problem: tensor2tensor's unit of data, from raw samples to batches.
+
+A Problem subclass says where its samples come from (`generate_samples`, strings) and how text
+becomes ids (`feature_encoders`); the base class does the rest of t2t's lifecycle: encode, append
+EOS, write sharded TFRecords atomically (`generate_data`), and read them back as length-bucketed
+token batches (`dataset`). Splits that are decoded and scored rather than trained on (the test
+split) are also written as plain text, one sentence a line, for the decoder.
+"""
+import dataclasses
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.data import pipeline, records
+from t2t_lite.progress import progress_bar
+from t2t_lite.data.vocab import EOS_ID
+
+TRAIN, DEV, TEST = "train", "dev", "test"
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One split: its name and how many TFRecord shards it gets (0: written as text only)."""
+    name: str
+    shards: int
+
+
+class DataError(ValueError):
+    """Data files that are missing, mismatched or malformed; the message names them."""
+
+
+class Problem:
+    """Base class of every problem; subclasses are registered with @register_problem."""
+
+    name = None  # set by @register_problem
+
+    def dataset_splits(self) -> list:
+        """t2t's default: 10 train shards, 1 dev shard, and a test split kept as text."""
+        return [Split(TRAIN, 10), Split(DEV, 1), Split(TEST, 0)]
+
+    def generate_samples(self, data_dir: str, tmp_dir: str, split: str):
+        """Yields {"inputs": str, "targets": str} for `split`."""
+        raise NotImplementedError
+
+    def feature_encoders(self, data_dir: str) -> dict:
+        """{"inputs": encoder, "targets": encoder}, each with encode(str) and decode(ids)."""
+        raise NotImplementedError
+
+    def vocab_size(self, data_dir: str) -> int:
+        return self.feature_encoders(data_dir)["targets"].vocab_size
+
+    # --- Files -------------------------------------------------------------------------------
+
+    def filepaths(self, data_dir: str, split: Split) -> list:
+        return records.shard_paths(data_dir, f"{self.name}-{split.name}", split.shards)
+
+    def filepattern(self, data_dir: str, split_name: str) -> str:
+        return os.path.join(data_dir, f"{self.name}-{split_name}-*-of-*")
+
+    def text_paths(self, data_dir: str, split_name: str) -> dict:
+        """The plain-text copy of a split: {"inputs": path, "targets": path}."""
+        return {feature: os.path.join(data_dir, f"{self.name}-{split_name}.{feature}.txt")
+                for feature in ("inputs", "targets")}
+
+    # --- Datagen -----------------------------------------------------------------------------
+
+    def encode_sample(self, sample: dict, encoders: dict) -> dict:
+        """Text to ids with EOS appended to both sides, as t2t's text2text problems did."""
+        return {feature: encoders[feature].encode(sample[feature]) + [EOS_ID]
+                for feature in ("inputs", "targets")}
+
+    def generate_data(self, data_dir: str, tmp_dir: str):
+        """Writes every split to `data_dir`; splits already complete are kept, so running again
+        after an interruption finishes the work."""
+        os.makedirs(data_dir, exist_ok=True)
+        os.makedirs(tmp_dir, exist_ok=True)
+        encoders = self.feature_encoders(data_dir)
+        for split in self.dataset_splits():
+            if split.shards:
+                self._write_records(data_dir, tmp_dir, split, encoders)
+            else:
+                self._write_text(data_dir, tmp_dir, split)
+
+    def _write_records(self, data_dir, tmp_dir, split, encoders):
+        paths = self.filepaths(data_dir, split)
+        if records.all_exist(paths):
+            logging.info("%s: %d shards already complete, kept", split.name, len(paths))
+            return
+        records.remove_incomplete(data_dir, f"{self.name}-{split.name}")
+        samples = self.generate_samples(data_dir, tmp_dir, split.name)
+        with progress_bar(f"{self.name} {split.name}") as bar:
+            count = records.write_shards(
+                (self.encode_sample(sample, encoders) for sample in samples), paths,
+                on_example=lambda n: bar.update(1))
+        logging.info("%s: wrote %d records to %d shards", split.name, count, len(paths))
+
+    def _write_text(self, data_dir, tmp_dir, split):
+        paths = self.text_paths(data_dir, split.name)
+        if all(os.path.exists(path) for path in paths.values()):
+            return
+        temporary = {feature: path + records.INCOMPLETE_SUFFIX for feature, path in paths.items()}
+        files = {feature: open(path, "w", encoding="utf-8") for feature, path in temporary.items()}
+        with files["inputs"], files["targets"]:
+            for sample in self.generate_samples(data_dir, tmp_dir, split.name):
+                for feature, handle in files.items():
+                    handle.write(sample[feature] + "\n")
+        for feature, path in paths.items():
+            os.replace(temporary[feature], path)
+        logging.info("%s: wrote %s", split.name, ", ".join(paths.values()))
+
+    # --- Reading -----------------------------------------------------------------------------
+
+    def dataset(self, split_name: str, data_dir: str, hparams, training: bool,
+                shuffle_files: bool = None) -> tf.data.Dataset:
+        """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0)."""
+        pattern = self.filepattern(data_dir, split_name)
+        if not tf.io.gfile.glob(pattern):
+            raise DataError(f"no {split_name} data matches {pattern}: run t2t_lite-datagen "
+                            f"--problem={self.name} --data_dir={data_dir} first")
+        return pipeline.batched_dataset(pattern, hparams, training=training,
+                                        shuffle_files=training if shuffle_files is None
+                                        else shuffle_files)

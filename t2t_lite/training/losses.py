@@ -1,0 +1,53 @@
+"""The training loss and accuracy over non-pad target tokens, as tensor2tensor computed them.
+
+Label smoothing (paper §5.4, t2t's `smoothing_cross_entropy`): the correct class gets
+confidence 1 - eps and every other class eps / (V - 1). t2t subtracts the smallest possible cross
+entropy, the entropy of that smoothed distribution, so that a perfect model shows a loss of 0.
+Pad targets (id 0) carry weight 0, and the loss is normalised by the number of real tokens.
+"""
+import math
+
+import tensorflow as tf
+
+from t2t_lite.data.vocab import PAD_ID
+
+
+def smoothed_distribution_entropy(vocab_size: int, label_smoothing: float) -> float:
+    """-(c log c + (V-1) l log l) with c = 1 - eps and l = eps / (V - 1): the loss floor."""
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab_size - 1)
+    entropy = -confidence * math.log(confidence) if confidence > 0 else 0.0
+    if low > 0:
+        entropy -= (vocab_size - 1) * low * math.log(low)
+    return entropy
+
+
+def smoothed_cross_entropy(logits, targets, label_smoothing: float):
+    """Per-token cross entropy against the smoothed targets minus its floor, [B, T] float32."""
+    vocab_size = logits.shape[-1]
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab_size - 1)
+    soft_targets = tf.one_hot(targets, vocab_size, on_value=confidence, off_value=low,
+                              dtype=tf.float32)
+    cross_entropy = tf.nn.softmax_cross_entropy_with_logits(
+        labels=soft_targets, logits=tf.cast(logits, tf.float32))
+    return cross_entropy - smoothed_distribution_entropy(vocab_size, label_smoothing)
+
+
+def target_weights(targets):
+    """1.0 for real target tokens, 0.0 for padding."""
+    return tf.cast(tf.not_equal(targets, PAD_ID), tf.float32)
+
+
+def loss_sum_and_tokens(logits, targets, label_smoothing: float):
+    """(sum of the per-token loss over real tokens, number of real tokens)."""
+    weights = target_weights(targets)
+    loss = smoothed_cross_entropy(logits, targets, label_smoothing)
+    return tf.reduce_sum(loss * weights), tf.reduce_sum(weights)
+
+
+def correct_tokens(logits, targets):
+    """Number of real target tokens whose argmax prediction is right (t2t's padded_accuracy)."""
+    predictions = tf.argmax(logits, axis=-1, output_type=targets.dtype)
+    hits = tf.cast(tf.equal(predictions, targets), tf.float32)
+    return tf.reduce_sum(hits * target_weights(targets))

@@ -1,0 +1,57 @@
+"""Learning-rate schedules as products of named factors, as tensor2tensor's `learning_rate.py`.
+
+    transformer_base_v1:  constant * noam
+        = 1.0 * d^-0.5 * min(step^-0.5, step * warmup^-1.5)            (paper §5.3, eq. 3)
+    transformer_base:     constant * linear_warmup * rsqrt_decay * rsqrt_hidden_size
+        = 2.0 * min(1, step / warmup) * rsqrt(max(step, warmup)) * d^-0.5
+
+`step` counts from 1 at the first update: the optimizer's update k (0-based) uses step k + 1, so
+no update is wasted on a learning rate of 0.
+"""
+import keras
+import tensorflow as tf
+
+
+def learning_rate_factor(name: str, step, hparams):
+    warmup = tf.cast(hparams.learning_rate_warmup_steps, tf.float32)
+    if name == "constant":
+        return tf.constant(hparams.learning_rate_constant, tf.float32)
+    if name == "linear_warmup":
+        return tf.minimum(1.0, step / warmup)
+    if name == "rsqrt_decay":
+        return tf.math.rsqrt(tf.maximum(step, warmup))
+    if name == "rsqrt_hidden_size":
+        return tf.constant(hparams.hidden_size ** -0.5, tf.float32)
+    if name == "noam":
+        return hparams.hidden_size ** -0.5 * tf.minimum(tf.math.rsqrt(step), step * warmup ** -1.5)
+    raise ValueError(f"unknown learning-rate factor {name!r}")
+
+
+def learning_rate(step, hparams):
+    """The product of the factors in hparams.learning_rate_schedule at `step` (>= 1)."""
+    step = tf.cast(step, tf.float32)
+    rate = tf.constant(1.0, tf.float32)
+    for name in hparams.learning_rate_schedule:
+        rate *= learning_rate_factor(name, step, hparams)
+    return rate
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The hparams' schedule for a Keras optimizer (called with its 0-based update count)."""
+
+    def __init__(self, hparams):
+        self.hparams = hparams
+
+    def __call__(self, iterations):
+        return learning_rate(tf.cast(iterations, tf.float32) + 1.0, self.hparams)
+
+    def get_config(self):
+        return {"hparams": self.hparams.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        from t2t_lite.hparams_lib import HParams
+        hparams = dict(config["hparams"])
+        hparams["learning_rate_schedule"] = tuple(hparams["learning_rate_schedule"])
+        return cls(HParams(**hparams))

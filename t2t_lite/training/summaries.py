@@ -1,0 +1,74 @@
+"""What a user watches during training: progress lines and TensorBoard scalars.
+
+Scalars are written with `tf.summary.scalar` (Keras 3's TensorBoard callback writes tensor
+summaries that some TensorBoard tools cannot read) to `output_dir/train` and `output_dir/eval`.
+"""
+import os
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Every `log_every_steps` updates: a line with step, loss, learning rate, target tokens per
+    second, steps per second and time left, and the same numbers in TensorBoard. After each
+    evaluation: dev loss and dev token accuracy."""
+
+    def __init__(self, output_dir: str, train_steps: int, log_every_steps: int, learning_rate):
+        super().__init__()
+        self.train_steps = train_steps
+        self.log_every_steps = log_every_steps
+        self.learning_rate = learning_rate
+        self.train_writer = tf.summary.create_file_writer(os.path.join(output_dir, "train"))
+        self.eval_writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
+        self._last = None  # (step, time, loss_sum, tokens) at the last line
+
+    def _step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # The running sums restart with every Keras epoch.
+        self._last = (self._step(), time.time(), 0.0, 0.0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step()
+        last_step, last_time, last_loss_sum, last_tokens = self._last
+        if step - last_step < self.log_every_steps and step < self.train_steps:
+            return
+        now = time.time()
+        loss_sum, tokens = float(logs["loss_sum"]), float(logs["target_tokens"])
+        steps, seconds = step - last_step, max(now - last_time, 1e-9)
+        loss = (loss_sum - last_loss_sum) / max(tokens - last_tokens, 1.0)
+        rate = float(self.learning_rate(step - 1))
+        tokens_per_second = (tokens - last_tokens) / seconds
+        steps_per_second = steps / seconds
+        time_left = (self.train_steps - step) / max(steps_per_second, 1e-9)
+        logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f target tok/s  %.2f steps/s  %s left",
+                     step, self.train_steps, loss, rate, tokens_per_second, steps_per_second,
+                     format_duration(time_left))
+        with self.train_writer.as_default(step=step):
+            tf.summary.scalar("loss", loss)
+            tf.summary.scalar("learning_rate", rate)
+            tf.summary.scalar("target_tokens_per_second", tokens_per_second)
+            tf.summary.scalar("steps_per_second", steps_per_second)
+        self._last = (step, now, loss_sum, tokens)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs and "val_loss" in logs:
+            step = self._step()
+            logging.info("step %d  dev loss %.4f  dev token accuracy %.4f", step,
+                         logs["val_loss"], logs["val_accuracy"])
+            with self.eval_writer.as_default(step=step):
+                tf.summary.scalar("loss", logs["val_loss"])
+                tf.summary.scalar("accuracy", logs["val_accuracy"])
+            self.eval_writer.flush()
+        self.train_writer.flush()

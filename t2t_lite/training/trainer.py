@@ -1,0 +1,208 @@
+"""Training: Keras `fit` of a registered model on a problem's batches under a tf.distribute
+strategy, with XLA, checkpoints in `output_dir`, periodic dev evaluation and resumption.
+
+The objective is tensor2tensor's: label-smoothed cross entropy summed over real target tokens
+and divided by their number; Adam with the hparams' learning-rate schedule (paper §5.3).
+Running again with the same `output_dir` restores the latest checkpoint (weights, optimizer
+moments and step) and continues to `train_steps`.
+"""
+import dataclasses
+import json
+import math
+import os
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import registry
+from t2t_lite.training import losses
+from t2t_lite.training.schedules import LearningRateSchedule
+from t2t_lite.training.summaries import TrainingMonitor
+
+HPARAMS_FILE = "hparams.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """How long to train and how often to evaluate, save and report (t2t's trainer flags)."""
+    train_steps: int = 250_000
+    eval_steps: int = 100               # dev batches per evaluation
+    eval_every: int = 1000              # updates between evaluations (t2t's local_eval_frequency)
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 20
+    log_every_steps: int = 100
+    jit_compile: bool = True            # XLA; Keras' "auto" would turn it off on CPU
+
+
+class TrainingModel(keras.Model):
+    """Wraps a model with t2t's loss so that `fit` and `evaluate` optimise and report it.
+
+    The logs carry running sums (loss over tokens, tokens, correct tokens) so that losses and
+    accuracies are token-weighted however the batches are sized.
+    """
+
+    def __init__(self, model, hparams, **kwargs):
+        super().__init__(**kwargs)
+        self.model = model
+        self.hparams = hparams
+        self.loss_sum = keras.metrics.Sum(name="loss_sum")
+        self.target_tokens = keras.metrics.Sum(name="target_tokens")
+        self.correct_tokens = keras.metrics.Sum(name="correct_tokens")
+
+    @property
+    def metrics(self):
+        return [self.loss_sum, self.target_tokens, self.correct_tokens]
+
+    def call(self, features, training=False):
+        return self.model(features, training=training)
+
+    def _update_metrics(self, logits, targets, loss_sum, tokens):
+        self.loss_sum.update_state(loss_sum)
+        self.target_tokens.update_state(tokens)
+        self.correct_tokens.update_state(losses.correct_tokens(logits, targets))
+        tokens_so_far = tf.maximum(self.target_tokens.result(), 1.0)
+        return {"loss": self.loss_sum.result() / tokens_so_far,
+                "accuracy": self.correct_tokens.result() / tokens_so_far,
+                "loss_sum": self.loss_sum.result(),
+                "target_tokens": self.target_tokens.result()}
+
+    def train_step(self, features):
+        targets = features["targets"]
+        with tf.GradientTape() as tape:
+            logits = self.model(features, training=True)
+            loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
+                                                          self.hparams.label_smoothing)
+            # Replica gradients are summed, so each replica contributes its share of the mean.
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            loss = loss_sum / tf.maximum(tokens, 1.0) / replicas
+        variables = self.model.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        if self.hparams.clip_grad_norm:
+            gradients, _ = tf.clip_by_global_norm(gradients, self.hparams.clip_grad_norm)
+        self.optimizer.apply(gradients, variables)
+        return self._update_metrics(logits, targets, loss_sum, tokens)
+
+    def test_step(self, features):
+        targets = features["targets"]
+        logits = self.model(features, training=False)
+        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
+                                                      self.hparams.label_smoothing)
+        return self._update_metrics(logits, targets, loss_sum, tokens)
+
+
+def make_optimizer(hparams):
+    """Adam (paper §5.3) with t2t's betas and epsilon and the hparams' schedule."""
+    return keras.optimizers.Adam(
+        learning_rate=LearningRateSchedule(hparams),
+        beta_1=hparams.optimizer_adam_beta1,
+        beta_2=hparams.optimizer_adam_beta2,
+        epsilon=hparams.optimizer_adam_epsilon)
+
+
+def choose_strategy():
+    """MirroredStrategy over all GPUs (or logical CPUs) when there are several, else default."""
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    if len(devices) > 1:
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
+    return tf.distribute.get_strategy()
+
+
+def build_model(model_name: str, hparams, vocab_size: int):
+    """The registered model with its variables created (by a call on a one-token batch)."""
+    model = registry.model(model_name)(hparams, vocab_size)
+    one_token = tf.ones([1, 1], tf.int32)
+    model({"inputs": one_token, "targets": one_token}, training=False)
+    return model
+
+
+def checkpoint_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
+    objects = {"model": model}
+    if optimizer is not None:
+        objects["optimizer"] = optimizer
+    return tf.train.CheckpointManager(tf.train.Checkpoint(**objects), output_dir,
+                                      max_to_keep=max_to_keep, checkpoint_name="model.ckpt")
+
+
+class CheckpointSaver(keras.callbacks.Callback):
+    """Saves every `every_steps` updates and at the end, numbered by the global step, and stops
+    training at `train_steps` (epochs need not divide it)."""
+
+    def __init__(self, manager, every_steps: int, train_steps: int):
+        super().__init__()
+        self.manager = manager
+        self.every_steps = every_steps
+        self.train_steps = train_steps
+        self.saved_step = None
+
+    def _save(self, step):
+        if step != self.saved_step:
+            logging.info("saved %s", self.manager.save(checkpoint_number=step))
+            self.saved_step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every_steps == 0 or step >= self.train_steps:
+            self._save(step)
+        if step >= self.train_steps:
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        self._save(int(self.model.optimizer.iterations.numpy()))
+
+
+def save_run_description(output_dir, problem_name, model_name, hparams):
+    """hparams.json beside the checkpoints, so the decoder rebuilds the same model."""
+    description = {"problem": problem_name, "model": model_name, "hparams": hparams.to_dict()}
+    path = os.path.join(output_dir, HPARAMS_FILE)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(description, handle, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
+          config: RunConfig = RunConfig()):
+    """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint."""
+    problem = registry.problem(problem_name)
+    os.makedirs(output_dir, exist_ok=True)
+    save_run_description(output_dir, problem_name, model_name, hparams)
+    strategy = choose_strategy()
+    jit_compile = config.jit_compile
+    if jit_compile and strategy.num_replicas_in_sync > 1:
+        # Keras fit with jit_compile under MirroredStrategy fails on CPU devices ("Trying to
+        # access resource ... located in device CPU:1"); train those replicas without XLA.
+        logging.warning("XLA is off under %d replicas with Keras fit",
+                        strategy.num_replicas_in_sync)
+        jit_compile = False
+    train_data = problem.dataset("train", data_dir, hparams, training=True)
+    dev_data = problem.dataset("dev", data_dir, hparams, training=False).repeat()
+    with strategy.scope():
+        model = build_model(model_name, hparams, problem.vocab_size(data_dir))
+        optimizer = make_optimizer(hparams)
+        optimizer.build(model.trainable_variables)
+        manager = checkpoint_manager(output_dir, model, optimizer, config.keep_checkpoint_max)
+        if manager.latest_checkpoint:
+            manager.checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+            logging.info("resuming from %s", manager.latest_checkpoint)
+        trainer = TrainingModel(model, hparams)
+        trainer.compile(optimizer=optimizer, jit_compile=jit_compile)
+    step = int(optimizer.iterations.numpy())
+    if step >= config.train_steps:
+        logging.info("already trained %d of %d steps", step, config.train_steps)
+        return model
+    logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
+                 model_name, problem_name, step, config.train_steps, model.count_params(),
+                 strategy.num_replicas_in_sync, "on" if jit_compile else "off")
+    monitor = TrainingMonitor(output_dir, config.train_steps, config.log_every_steps,
+                              LearningRateSchedule(hparams))
+    trainer.fit(
+        train_data,
+        initial_epoch=step // config.eval_every,
+        epochs=math.ceil(config.train_steps / config.eval_every),
+        steps_per_epoch=config.eval_every,
+        validation_data=dev_data,
+        validation_steps=config.eval_steps,
+        callbacks=[monitor, CheckpointSaver(manager, config.save_checkpoints_steps,
+                                            config.train_steps)],
+        verbose=0)
+    return model
