@@ -1,0 +1,127 @@
+"""Multi-head scaled dot-product attention (paper §3.2.1-3.2.2) and its masks.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V
+
+Masks are additive biases, as in t2t's common_attention: 0 where attending is allowed and -1e9
+where it is not, broadcast against the logits [batch, heads, queries, keys].
+"""
+import keras
+from keras import ops
+
+NEG_INF = -1e9
+
+
+def padding_bias(padding):
+    """t2t's attention_bias_ignore_padding: bool padding [batch, keys] (True at PAD) ->
+    float32 bias [batch, 1, 1, keys] that hides the padded keys from every query."""
+    return ops.cast(padding, "float32")[:, None, None, :] * NEG_INF
+
+
+def causal_bias(length):
+    """t2t's attention_bias_lower_triangle: float32 [1, 1, length, length] letting query i see
+    keys 0..i only (decoder self-attention, §3.2.3 "prevent leftward information flow")."""
+    positions = ops.arange(length)
+    future = ops.greater(positions[None, :], positions[:, None])
+    return ops.cast(future, "float32")[None, None] * NEG_INF
+
+
+def default_kernel_initializer(gain=1.0):
+    """Glorot-uniform scaled by `gain`: t2t's uniform_unit_scaling(initializer_gain)."""
+    return keras.initializers.VarianceScaling(scale=gain, mode="fan_avg",
+                                              distribution="uniform")
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class MultiHeadAttention(keras.layers.Layer):
+    """§3.2.2 Multi-Head Attention: h heads of scaled dot-product attention over projections.
+
+    Queries come from `query`; keys and values from `memory` (self-attention when it is None).
+    As in t2t: separate q, k, v and output projections without bias; queries scaled by
+    depth_per_head^-0.5; logits, bias and softmax in float32; dropout on the attention weights.
+
+    Args:
+        num_heads: h; the input depth must be divisible by it.
+        dropout: attention_dropout, the rate applied to the attention weights. Default 0.
+        kernel_initializer: initializer of the four projections. Default Glorot-uniform.
+
+    Call arguments:
+        query: [batch, queries, d].
+        memory: [batch, keys, d] or None for self-attention.
+        bias: float additive bias broadcastable to [batch, heads, queries, keys], e.g.
+            `padding_bias(...)` or `causal_bias(...)`; None for no mask.
+        training: enables dropout.
+        return_attention_scores: also return the weights [batch, heads, queries, keys] (float32,
+            before dropout).
+
+    Returns:
+        [batch, queries, d], or (output, weights) with `return_attention_scores`.
+    """
+
+    def __init__(self, num_heads, dropout=0.0, kernel_initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or default_kernel_initializer())
+
+    def build(self, query_shape, memory_shape=None):
+        memory_shape = memory_shape or query_shape
+        depth = query_shape[-1]
+        if depth % self.num_heads:
+            raise ValueError(f"depth {depth} is not divisible by num_heads={self.num_heads}")
+        self.depth_per_head = depth // self.num_heads
+
+        def projection(name):
+            return keras.layers.Dense(depth, use_bias=False, name=name, dtype=self.dtype_policy,
+                                      kernel_initializer=self.kernel_initializer)
+
+        self.query_dense = projection("query")
+        self.key_dense = projection("key")
+        self.value_dense = projection("value")
+        self.output_dense = projection("output")
+        self.query_dense.build(query_shape)
+        self.key_dense.build(memory_shape)
+        self.value_dense.build(memory_shape)
+        self.output_dense.build(tuple(query_shape[:-1]) + (depth,))
+        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def split_heads(self, x):
+        """[batch, length, d] -> [batch, heads, length, d / heads]."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.depth_per_head))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def combine_heads(self, x):
+        """[batch, heads, length, d / heads] -> [batch, length, d]."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (batch, length, self.num_heads * self.depth_per_head))
+
+    def call(self, query, memory=None, bias=None, training=False,
+             return_attention_scores=False):
+        memory = query if memory is None else memory
+        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        k = self.split_heads(self.key_dense(memory))
+        v = self.split_heads(self.value_dense(memory))
+        return self.attend(q, k, v, bias, training, return_attention_scores)
+
+    def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
+        """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the
+        output projection. Kept apart from `call` so cached keys/values can be fed in."""
+        logits = ops.matmul(ops.cast(q, "float32"),
+                            ops.transpose(ops.cast(k, "float32"), (0, 1, 3, 2)))
+        if bias is not None:
+            # Keras casts a float16 layer's inputs, turning -1e9 into -inf; clamping keeps a
+            # row whose keys are all masked (an all-PAD source) finite instead of NaN.
+            logits = logits + ops.maximum(ops.cast(bias, "float32"), NEG_INF)
+        weights = ops.softmax(logits, axis=-1)
+        dropped = ops.cast(self.weights_dropout(weights, training=training), v.dtype)
+        output = self.output_dense(self.combine_heads(ops.matmul(dropped, v)))
+        return (output, weights) if return_attention_scores else output
+
+    def compute_output_shape(self, query_shape, memory_shape=None):
+        return query_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

@@ -1,0 +1,76 @@
+"""Token embeddings and the pre-softmax projection (paper §3.4, t2t's symbol modality).
+
+"We use learned embeddings to convert the input tokens and output tokens to vectors of dimension
+d_model ... we share the same weight matrix between the two embedding layers and the pre-softmax
+linear transformation ... In the embedding layers, we multiply those weights by sqrt(d_model)."
+"""
+import keras
+from keras import ops
+
+from t2t_lite.data.vocab import PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class TokenEmbedding(keras.layers.Layer):
+    """A [vocab_size, hidden_size] matrix used as an embedding and, reversed, as the softmax.
+
+    Forward (`reverse=False`), as t2t's symbol modality bottom:
+        embedding[ids] * sqrt(hidden_size), zeroed where ids == PAD_ID (0).
+    Reversed (`reverse=True`), the pre-softmax linear transformation, computed in float32:
+        logits = x @ embedding^T.
+
+    The weights start as N(0, hidden_size^-0.5), so the scaled embeddings have unit variance.
+
+    Args:
+        vocab_size: number of token ids.
+        hidden_size: d_model.
+
+    Call arguments:
+        inputs: int ids [...] (forward) or float activations [..., hidden_size] (reverse).
+        reverse: False to embed, True to project to vocabulary logits.
+    """
+
+    def __init__(self, vocab_size, hidden_size, **kwargs):
+        # Variables stay float32 and are cast by hand, so the logits never go through float16.
+        super().__init__(autocast=False, **kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocab_size, self.hidden_size),
+            initializer=keras.initializers.RandomNormal(stddev=self.hidden_size**-0.5),
+        )
+
+    def call(self, inputs, reverse=False):
+        if reverse:
+            return ops.matmul(ops.cast(inputs, "float32"),
+                              ops.transpose(ops.cast(self.embeddings, "float32")))
+        ids = ops.cast(inputs, "int32")
+        vectors = ops.take(self.embeddings, ids, axis=0) * (self.hidden_size**0.5)
+        not_pad = ops.cast(ops.not_equal(ids, PAD_ID), vectors.dtype)[..., None]
+        return ops.cast(vectors * not_pad, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape, reverse=False):
+        if reverse:
+            return tuple(input_shape[:-1]) + (self.vocab_size,)
+        return tuple(input_shape) + (self.hidden_size,)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size}
+
+
+def make_embeddings(vocab_size, hidden_size, shared):
+    """The (source, target, softmax) embeddings of a sequence-to-sequence model.
+
+    With `shared` (hparams.shared_embedding_and_softmax_weights, paper §3.4) the three are one
+    TokenEmbedding, so one matrix embeds source and target tokens and projects to the softmax;
+    otherwise each role gets its own matrix.
+    """
+    if shared:
+        embedding = TokenEmbedding(vocab_size, hidden_size, name="shared_embedding")
+        return embedding, embedding, embedding
+    return tuple(TokenEmbedding(vocab_size, hidden_size, name=f"{role}_embedding")
+                 for role in ("source", "target", "softmax"))

@@ -1,0 +1,261 @@
+"""The Transformer of "Attention Is All You Need" (paper §3, Figure 1), as tensor2tensor built it.
+
+    encode: source ids -> embedding * sqrt(d) + timing signal -> dropout -> N encoder layers
+            -> final preprocess (the last layer norm of pre-norm)
+    decode: shifted target ids -> the same embedding steps -> N decoder layers -> final
+            preprocess -> pre-softmax projection (float32 logits)
+
+Sublayer connections follow hparams.layer_preprocess_sequence / layer_postprocess_sequence, so
+`transformer_base_v1` is the paper's post-norm model and `transformer_base` t2t's pre-norm one.
+"""
+import keras
+from keras import ops
+
+from t2t_lite.hparams_lib import HParams
+from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,
+                                       default_kernel_initializer, padding_bias)
+from t2t_lite.layers.embedding import PAD_ID, make_embeddings
+from t2t_lite.layers.feed_forward import FeedForward
+from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection
+from t2t_lite.layers.timing_signal import AddTimingSignal
+from t2t_lite.registry import register_model
+
+
+def shift_right(targets):
+    """t2t's shift_right: the decoder input is the targets moved one step right, PAD (0) first."""
+    return ops.pad(targets, [[0, 0], [1, 0]])[:, :-1]
+
+
+def hparams_from_dict(values):
+    """Inverse of HParams.to_dict, also after a JSON round trip turned tuples into lists."""
+    return HParams(**{name: tuple(value) if isinstance(value, list) else value
+                      for name, value in values.items()})
+
+
+class _TransformerLayer(keras.layers.Layer):
+    """Shared plumbing of the encoder and decoder layers: hparams config and sublayer factories."""
+
+    def __init__(self, hparams, **kwargs):
+        super().__init__(**kwargs)
+        self.hparams = hparams
+
+    def _attention(self, name):
+        hp = self.hparams
+        return MultiHeadAttention(hp.num_heads, hp.attention_dropout, name=name,
+                                  kernel_initializer=default_kernel_initializer(
+                                      hp.initializer_gain), dtype=self.dtype_policy)
+
+    def _feed_forward(self):
+        hp = self.hparams
+        return FeedForward(hp.filter_size, hp.relu_dropout, name="feed_forward",
+                           kernel_initializer=default_kernel_initializer(hp.initializer_gain),
+                           dtype=self.dtype_policy)
+
+    def _connection(self, name):
+        hp = self.hparams
+        return SublayerConnection(hp.layer_preprocess_sequence, hp.layer_postprocess_sequence,
+                                  hp.layer_prepostprocess_dropout, hp.norm_epsilon,
+                                  name=name, dtype=self.dtype_policy)
+
+    def compute_output_shape(self, x_shape, *unused_shapes):
+        return x_shape
+
+    def get_config(self):
+        return {**super().get_config(), "hparams": self.hparams.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(hparams_from_dict(config.pop("hparams")), **config)
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class EncoderLayer(_TransformerLayer):
+    """§3.1 Encoder layer (Figure 1, left): multi-head self-attention, then the position-wise
+    feed-forward network, each inside a residual SublayerConnection.
+
+    Call arguments:
+        x: [batch, length, d]; bias: padding_bias of the source; training: enables dropout;
+        return_attention_scores: also return {"self_attention": [batch, heads, length, length]}.
+    """
+
+    def build(self, x_shape):
+        self.self_attention = self._attention("self_attention")
+        self.feed_forward = self._feed_forward()
+        self.self_attention_connection = self._connection("self_attention_connection")
+        self.feed_forward_connection = self._connection("feed_forward_connection")
+        for layer in (self.self_attention, self.feed_forward, self.self_attention_connection,
+                      self.feed_forward_connection):
+            layer.build(x_shape)
+
+    def call(self, x, bias=None, training=False, return_attention_scores=False):
+        def self_attention(y):
+            return self.self_attention(y, bias=bias, training=training,
+                                       return_attention_scores=True)
+
+        def feed_forward(y):
+            return self.feed_forward(y, training=training)
+
+        x, weights = self.self_attention_connection(x, sublayer=self_attention,
+                                                    training=training)
+        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+        return (x, {"self_attention": weights}) if return_attention_scores else x
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class DecoderLayer(_TransformerLayer):
+    """§3.1 Decoder layer (Figure 1, right): causal self-attention, attention over the encoder
+    output, then the feed-forward network, each inside a residual SublayerConnection.
+
+    Call arguments:
+        x: [batch, target_length, d]; encoder_output: [batch, source_length, d];
+        self_attention_bias: causal_bias; encoder_decoder_bias: padding_bias of the source;
+        training: enables dropout; return_attention_scores: also return the weights of both
+        attentions as {"self_attention": ..., "encoder_decoder": ...}.
+    """
+
+    def build(self, x_shape, encoder_output_shape=None):
+        self.self_attention = self._attention("self_attention")
+        self.encoder_decoder_attention = self._attention("encoder_decoder_attention")
+        self.feed_forward = self._feed_forward()
+        self.self_attention_connection = self._connection("self_attention_connection")
+        self.encoder_decoder_connection = self._connection("encoder_decoder_connection")
+        self.feed_forward_connection = self._connection("feed_forward_connection")
+        self.encoder_decoder_attention.build(x_shape, encoder_output_shape or x_shape)
+        for layer in (self.self_attention, self.feed_forward, self.self_attention_connection,
+                      self.encoder_decoder_connection, self.feed_forward_connection):
+            layer.build(x_shape)
+
+    def call(self, x, encoder_output, self_attention_bias=None, encoder_decoder_bias=None,
+             training=False, return_attention_scores=False):
+        def self_attention(y):
+            return self.self_attention(y, bias=self_attention_bias, training=training,
+                                       return_attention_scores=True)
+
+        def encoder_decoder_attention(y):
+            return self.encoder_decoder_attention(y, encoder_output, bias=encoder_decoder_bias,
+                                                  training=training,
+                                                  return_attention_scores=True)
+
+        def feed_forward(y):
+            return self.feed_forward(y, training=training)
+
+        x, self_weights = self.self_attention_connection(x, sublayer=self_attention,
+                                                         training=training)
+        x, cross_weights = self.encoder_decoder_connection(x, sublayer=encoder_decoder_attention,
+                                                           training=training)
+        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+        if return_attention_scores:
+            return x, {"self_attention": self_weights, "encoder_decoder": cross_weights}
+        return x
+
+
+@register_model("transformer")
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class Transformer(keras.Model):
+    """§3 The Transformer: an encoder-decoder of stacked attention and feed-forward layers.
+
+    Args:
+        hparams: HParams (sizes, layer counts, dropout, sublayer sequences, timing signal form).
+        vocab_size: size of the vocabulary shared by source and target (PAD = 0, EOS = 1).
+
+    Call arguments:
+        features: {"inputs": int [batch, source_length], "targets": int [batch, target_length]}.
+        training: enables dropout.
+
+    Returns float32 logits [batch, target_length, vocab_size]; position i predicts targets[:, i]
+    from targets[:, :i] and the inputs.
+    """
+
+    def __init__(self, hparams: HParams, vocab_size: int, **kwargs):
+        super().__init__(**kwargs)
+        hp = self.hparams = hparams
+        self.vocab_size = vocab_size
+        self.source_embedding, self.target_embedding, self.softmax_embedding = make_embeddings(
+            vocab_size, hp.hidden_size, hp.shared_embedding_and_softmax_weights)
+        self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal")
+        self.embedding_dropout = keras.layers.Dropout(hp.layer_prepostprocess_dropout,
+                                                      name="embedding_dropout")
+        self.encoder_stack = [EncoderLayer(hp, name=f"encoder_layer_{i}")
+                               for i in range(hp.encoder_layers)]
+        self.decoder_stack = [DecoderLayer(hp, name=f"decoder_layer_{i}")
+                               for i in range(hp.decoder_layers)]
+        # t2t ends each stack with the preprocess sequence: the final layer norm of pre-norm.
+        self.encoder_final = self._final_process("encoder_final")
+        self.decoder_final = self._final_process("decoder_final")
+
+    def _final_process(self, name):
+        hp = self.hparams
+        return LayerProcess(hp.layer_preprocess_sequence, hp.layer_prepostprocess_dropout,
+                            hp.norm_epsilon, name=name)
+
+    def _embed(self, embedding, ids, training, start_position=0):
+        """§3.4-3.5: embedding * sqrt(d) (zero at PAD) + timing signal, then dropout (§5.4)."""
+        x = self.add_timing_signal(embedding(ids), start_position=start_position)
+        return self.embedding_dropout(x, training=training)
+
+    def call(self, features, training=False):
+        encoder_output, inputs_padding = self.encode(features["inputs"], training=training)
+        decoder_input = shift_right(ops.cast(features["targets"], "int32"))
+        return self.decode(decoder_input, encoder_output, inputs_padding, training=training)
+
+    def encode(self, inputs, training=False):
+        """Source ids [batch, S] -> (encoder_output [batch, S, d], inputs_padding bool [batch, S]
+        True at PAD)."""
+        return self._encode(inputs, training)
+
+    def decode(self, decoder_input, encoder_output, inputs_padding, training=False):
+        """Shifted target ids [batch, T] (position 0 is PAD) -> float32 logits [batch, T, V]."""
+        return self._decode(decoder_input, encoder_output, inputs_padding, training)
+
+    def attention_weights(self, features):
+        """The attention weights of every layer (inference mode), for pictures:
+        {"encoder": [{"self_attention": [batch, heads, S, S]}, ...],
+         "decoder": [{"self_attention": [batch, heads, T, T],
+                      "encoder_decoder": [batch, heads, T, S]}, ...]}."""
+        scores = {"encoder": [], "decoder": []}
+        encoder_output, inputs_padding = self._encode(features["inputs"], False, scores["encoder"])
+        decoder_input = shift_right(ops.cast(features["targets"], "int32"))
+        self._decode(decoder_input, encoder_output, inputs_padding, False, scores["decoder"])
+        return scores
+
+    def _encode(self, inputs, training, scores=None):
+        inputs = ops.cast(inputs, "int32")
+        inputs_padding = ops.equal(inputs, PAD_ID)
+        bias = padding_bias(inputs_padding)
+        x = self._embed(self.source_embedding, inputs, training)
+        for layer in self.encoder_stack:
+            x = self._collect(layer(x, bias, training=training,
+                                    return_attention_scores=scores is not None), scores)
+        return self.encoder_final(x, training=training), inputs_padding
+
+    def _decode(self, decoder_input, encoder_output, inputs_padding, training, scores=None):
+        decoder_input = ops.cast(decoder_input, "int32")
+        self_attention_bias = causal_bias(ops.shape(decoder_input)[1])
+        encoder_decoder_bias = padding_bias(inputs_padding)
+        x = self._embed(self.target_embedding, decoder_input, training)
+        for layer in self.decoder_stack:
+            x = self._collect(layer(x, encoder_output, self_attention_bias, encoder_decoder_bias,
+                                    training=training,
+                                    return_attention_scores=scores is not None), scores)
+        x = self.decoder_final(x, training=training)
+        return self.softmax_embedding(x, reverse=True)
+
+    @staticmethod
+    def _collect(output, scores):
+        """Layer output -> activations; with a `scores` list, keeps the layer's weights there."""
+        if scores is None:
+            return output
+        x, weights = output
+        scores.append(weights)
+        return x
+
+    def get_config(self):
+        return {**super().get_config(), "hparams": self.hparams.to_dict(),
+                "vocab_size": self.vocab_size}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        hparams = hparams_from_dict(config.pop("hparams"))
+        return cls(hparams, config.pop("vocab_size"), **config)

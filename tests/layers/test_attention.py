@@ -1,0 +1,124 @@
+"""Multi-head scaled dot-product attention (§3.2) and its padding and causal masks."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,  # noqa: E402
+                                       padding_bias)
+
+RNG = np.random.default_rng(0)
+
+
+def _random(*shape):
+    return RNG.normal(size=shape).astype("float32")
+
+
+def _softmax(logits):
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def _numpy_attention(layer, query, memory, num_heads):
+    """The §3.2.2 equations written out with the layer's kernels."""
+    kernel = {name: np.asarray(getattr(layer, f"{name}_dense").kernel)
+              for name in ("query", "key", "value", "output")}
+    depth = query.shape[-1] // num_heads
+    q, k, v = query @ kernel["query"], memory @ kernel["key"], memory @ kernel["value"]
+    heads, weights = [], []
+    for h in range(num_heads):
+        part = slice(h * depth, (h + 1) * depth)
+        w = _softmax(q[..., part] @ np.swapaxes(k[..., part], -1, -2) / np.sqrt(depth))
+        heads.append(w @ v[..., part])
+        weights.append(w)
+    return np.concatenate(heads, axis=-1) @ kernel["output"], np.stack(weights, axis=1)
+
+
+def test_one_head_scales_by_inverse_sqrt_depth():
+    layer = MultiHeadAttention(num_heads=1)
+    query, memory = _random(2, 3, 4), _random(2, 5, 4)
+    output, weights = layer(query, memory, return_attention_scores=True)
+    # One head of depth 4: logits are q.k / 2.
+    expected_output, expected_weights = _numpy_attention(layer, query, memory, num_heads=1)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+
+
+def test_two_heads_split_and_combine_like_the_equations():
+    layer = MultiHeadAttention(num_heads=2)
+    x = _random(2, 4, 8)
+    output, weights = layer(x, return_attention_scores=True)  # self-attention
+    assert tuple(weights.shape) == (2, 2, 4, 4)
+    expected_output, expected_weights = _numpy_attention(layer, x, x, num_heads=2)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=1e-5)
+
+
+def test_projections_have_no_bias():
+    layer = MultiHeadAttention(num_heads=2)
+    layer(_random(1, 2, 4))
+    assert len(layer.weights) == 4
+
+
+def test_padded_keys_get_no_weight():
+    padding = np.array([[False, False, True, True], [False, False, False, True]])
+    bias = padding_bias(padding)
+    assert tuple(bias.shape) == (2, 1, 1, 4)
+    layer = MultiHeadAttention(num_heads=2)
+    _, weights = layer(_random(2, 3, 8), _random(2, 4, 8), bias=bias,
+                       return_attention_scores=True)
+    weights = np.asarray(weights)
+    assert np.all(weights[0, :, :, 2:] < 1e-9) and np.all(weights[1, :, :, 3] < 1e-9)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_causal_mask_hides_the_future():
+    bias = np.asarray(causal_bias(4))[0, 0]
+    assert bias[1, 0] == 0 and bias[1, 1] == 0 and bias[1, 2] == pytest.approx(-1e9)
+    layer = MultiHeadAttention(num_heads=2)
+    _, weights = layer(_random(2, 4, 8), bias=causal_bias(4), return_attention_scores=True)
+    above_diagonal = np.triu(np.ones((4, 4), bool), k=1)
+    assert np.all(np.asarray(weights)[..., above_diagonal] < 1e-9)
+    assert np.asarray(weights)[0, 0, 0, 0] == pytest.approx(1.0)  # position 0 sees only itself
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16"])
+def test_all_masked_row_stays_finite(dtype):
+    # float16 turns -1e9 into -inf; a source of nothing but PAD must not give NaN.
+    layer = MultiHeadAttention(num_heads=2, dtype=dtype)
+    output, weights = layer(_random(1, 2, 8), _random(1, 3, 8),
+                            bias=padding_bias(np.array([[True, True, True]])),
+                            return_attention_scores=True)
+    assert np.all(np.isfinite(np.asarray(output, "float32")))
+    np.testing.assert_allclose(weights, 1 / 3, rtol=1e-6)
+
+
+def test_dropout_on_weights_only_in_training():
+    layer = MultiHeadAttention(num_heads=2, dropout=0.5)
+    x = _random(2, 6, 8)
+    np.testing.assert_allclose(layer(x), layer(x, training=False))
+    assert not np.allclose(layer(x, training=True), layer(x))
+
+
+def test_masked_attention_with_dropout_compiles_with_xla():
+    layer = MultiHeadAttention(num_heads=2, dropout=0.5)
+    x = _random(2, 4, 8)
+
+    @tf.function(jit_compile=True, input_signature=[tf.TensorSpec([None, None, 8])])
+    def forward(x):
+        bias = causal_bias(tf.shape(x)[1])
+        return layer(x, bias=bias), layer(x, bias=bias, training=True)
+
+    inference, training = forward(x)
+    np.testing.assert_allclose(inference, layer(x, bias=causal_bias(4)), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(training, inference)
+
+
+def test_config_round_trip():
+    layer = MultiHeadAttention(num_heads=4, dropout=0.25, name="att")
+    clone = MultiHeadAttention.from_config(layer.get_config())
+    assert (clone.num_heads, clone.dropout, clone.name) == (4, 0.25, "att")
+    assert clone.kernel_initializer.get_config() == layer.kernel_initializer.get_config()
