@@ -51,15 +51,17 @@ def read_examples(filepattern: str, shuffle_files: bool) -> tf.data.Dataset:
 
 
 def bucket_by_length(dataset: tf.data.Dataset, hparams, max_length: int,
-                     drop_remainder: bool) -> tf.data.Dataset:
+                     drop_remainder: bool, num_replicas: int = 1) -> tf.data.Dataset:
     """Groups examples of length <= max_length into token batches padded to their boundary.
 
     tf.data's bucket i holds lengths in [b_(i-1), b_i) padded to b_i - 1, so the t2t boundaries
     are shifted by one: the bucket of boundary B holds lengths in (previous B, B], padded to B.
+    As in t2t, batch_size is per replica: a global batch holds num_replicas equal shares.
     """
     boundaries = bucket_boundaries(max_length, hparams.min_length_bucket,
                                    hparams.length_bucket_step)
-    batch_sizes = bucket_batch_sizes(boundaries, hparams.batch_size, max_length)
+    batch_sizes = [size * num_replicas for size in
+                   bucket_batch_sizes(boundaries, hparams.batch_size, max_length)]
     return dataset.bucket_by_sequence_length(
         element_length_func=example_length,
         bucket_boundaries=[b + 1 for b in boundaries] + [max_length + 1],
@@ -69,17 +71,22 @@ def bucket_by_length(dataset: tf.data.Dataset, hparams, max_length: int,
         drop_remainder=drop_remainder)
 
 
-def batched_dataset(filepattern: str, hparams, training: bool,
-                    shuffle_files: bool = True) -> tf.data.Dataset:
-    """Training: shuffled, repeated, examples over max_length dropped, full batches only (one
-    shape per bucket). Evaluation: one ordered pass; the pipeline pads to max_length buckets, so
-    longer dev examples are also dropped here (t2t kept them; see the README)."""
+def batched_dataset(filepattern: str, hparams, training: bool, shuffle_files: bool = True,
+                    repeat: bool = None, num_replicas: int = 1) -> tf.data.Dataset:
+    """Training: shuffled and repeated. Evaluation: in file order, repeated only if asked (then
+    every evaluation sees the same first batches). Repeated datasets give full batches only, so
+    there is one batch shape per bucket. Examples over max_length are dropped in both (the
+    buckets end at max_length; t2t kept long dev examples)."""
     max_length = hparams.max_length
+    repeat = training if repeat is None else repeat
     dataset = read_examples(filepattern, shuffle_files=shuffle_files)
     dataset = dataset.filter(lambda example: example_length(example) <= max_length)
     if training:
-        dataset = dataset.shuffle(SHUFFLE_BUFFER).repeat()
-    dataset = bucket_by_length(dataset, hparams, max_length, drop_remainder=training)
+        dataset = dataset.shuffle(SHUFFLE_BUFFER)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = bucket_by_length(dataset, hparams, max_length, drop_remainder=repeat,
+                               num_replicas=num_replicas)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

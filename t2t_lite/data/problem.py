@@ -112,12 +112,15 @@ class Problem:
     # --- Reading -----------------------------------------------------------------------------
 
     def dataset(self, split_name: str, data_dir: str, hparams, training: bool,
-                shuffle_files: bool = None) -> tf.data.Dataset:
-        """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0)."""
+                shuffle_files: bool = None, repeat: bool = None,
+                num_replicas: int = 1) -> tf.data.Dataset:
+        """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0), of
+        about hparams.batch_size tokens for each of `num_replicas` replicas."""
         pattern = self.filepattern(data_dir, split_name)
         if not tf.io.gfile.glob(pattern):
             raise DataError(f"no {split_name} data matches {pattern}: run t2t_lite-datagen "
                             f"--problem={self.name} --data_dir={data_dir} first")
         return pipeline.batched_dataset(pattern, hparams, training=training,
                                         shuffle_files=training if shuffle_files is None
-                                        else shuffle_files)
+                                        else shuffle_files, repeat=repeat,
+                                        num_replicas=num_replicas)

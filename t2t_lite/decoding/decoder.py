@@ -17,12 +17,9 @@ from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import greedy_search
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.training import trainer
+from t2t_lite.training import checkpoints, trainer
+from t2t_lite.training.checkpoints import CheckpointError
 from t2t_lite.progress import progress_bar
-
-
-class CheckpointError(ValueError):
-    """No checkpoint, or one that does not fit the model the hparams describe."""
 
 
 def saved_run(output_dir: str) -> dict:
@@ -46,12 +43,7 @@ def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
         raise CheckpointError(f"no checkpoint in {output_dir}: train first "
                               f"(t2t_lite-trainer --output_dir={output_dir})")
     model = trainer.build_model(model_name, hparams, vocab_size)
-    status = tf.train.Checkpoint(model=model).restore(checkpoint_path)
-    try:
-        status.expect_partial().assert_existing_objects_matched()
-    except AssertionError as error:
-        raise CheckpointError(f"{checkpoint_path} does not match the model built from these "
-                              f"hparams: {error}") from None
+    checkpoints.restore(checkpoint_path, model)
     logging.info("restored %s", checkpoint_path)
     return model
 

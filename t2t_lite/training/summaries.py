@@ -42,7 +42,7 @@ class TrainingMonitor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
         last_step, last_time, last_loss_sum, last_tokens = self._last
-        if step - last_step < self.log_every_steps and step < self.train_steps:
+        if step == last_step or (step % self.log_every_steps and step < self.train_steps):
             return
         now = time.time()
         loss_sum, tokens = float(logs["loss_sum"]), float(logs["target_tokens"])

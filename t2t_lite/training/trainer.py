@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.training import losses
+from t2t_lite.training import checkpoints, losses
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.summaries import TrainingMonitor
 
@@ -38,17 +38,23 @@ class RunConfig:
 class TrainingModel(keras.Model):
     """Wraps a model with t2t's loss so that `fit` and `evaluate` optimise and report it.
 
-    The logs carry running sums (loss over tokens, tokens, correct tokens) so that losses and
-    accuracies are token-weighted however the batches are sized.
+    Each replica's forward and backward pass is one XLA-compiled function; Keras' own
+    `jit_compile` stays off because it compiles the whole step, optimizer included, which fails
+    under MirroredStrategy ("Trying to access resource ... located in device CPU:1"). The loss
+    is divided by the token count of the global batch, so that the summed replica gradients are
+    the gradient of the per-token mean. The logs carry running sums (loss over tokens, tokens,
+    correct tokens) so that losses and accuracies are token-weighted.
     """
 
-    def __init__(self, model, hparams, **kwargs):
+    def __init__(self, model, hparams, jit_compile: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.model = model
         self.hparams = hparams
         self.loss_sum = keras.metrics.Sum(name="loss_sum")
         self.target_tokens = keras.metrics.Sum(name="target_tokens")
         self.correct_tokens = keras.metrics.Sum(name="correct_tokens")
+        self._gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile)
+        self._evaluate = tf.function(self._loss_and_counts, jit_compile=jit_compile)
 
     @property
     def metrics(self):
@@ -57,10 +63,24 @@ class TrainingModel(keras.Model):
     def call(self, features, training=False):
         return self.model(features, training=training)
 
-    def _update_metrics(self, logits, targets, loss_sum, tokens):
+    def _loss_and_counts(self, features, training=False):
+        logits = self.model(features, training=training)
+        targets = features["targets"]
+        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
+                                                      self.hparams.label_smoothing)
+        return loss_sum, tokens, losses.correct_tokens(logits, targets)
+
+    def _loss_and_gradients(self, features, global_tokens):
+        with tf.GradientTape() as tape:
+            loss_sum, tokens, correct = self._loss_and_counts(features, training=True)
+            loss = loss_sum / tf.maximum(global_tokens, 1.0)
+        gradients = tape.gradient(loss, self.model.trainable_variables)
+        return loss_sum, tokens, correct, gradients
+
+    def _update_metrics(self, loss_sum, tokens, correct):
         self.loss_sum.update_state(loss_sum)
         self.target_tokens.update_state(tokens)
-        self.correct_tokens.update_state(losses.correct_tokens(logits, targets))
+        self.correct_tokens.update_state(correct)
         tokens_so_far = tf.maximum(self.target_tokens.result(), 1.0)
         return {"loss": self.loss_sum.result() / tokens_so_far,
                 "accuracy": self.correct_tokens.result() / tokens_so_far,
@@ -68,27 +88,18 @@ class TrainingModel(keras.Model):
                 "target_tokens": self.target_tokens.result()}
 
     def train_step(self, features):
-        targets = features["targets"]
-        with tf.GradientTape() as tape:
-            logits = self.model(features, training=True)
-            loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
-                                                          self.hparams.label_smoothing)
-            # Replica gradients are summed, so each replica contributes its share of the mean.
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            loss = loss_sum / tf.maximum(tokens, 1.0) / replicas
-        variables = self.model.trainable_variables
-        gradients = tape.gradient(loss, variables)
+        global_tokens = tf.reduce_sum(losses.target_weights(features["targets"]))
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            global_tokens = replica_context.all_reduce("sum", global_tokens)
+        loss_sum, tokens, correct, gradients = self._gradients(features, global_tokens)
         if self.hparams.clip_grad_norm:
             gradients, _ = tf.clip_by_global_norm(gradients, self.hparams.clip_grad_norm)
-        self.optimizer.apply(gradients, variables)
-        return self._update_metrics(logits, targets, loss_sum, tokens)
+        self.optimizer.apply(gradients, self.model.trainable_variables)
+        return self._update_metrics(loss_sum, tokens, correct)
 
     def test_step(self, features):
-        targets = features["targets"]
-        logits = self.model(features, training=False)
-        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
-                                                      self.hparams.label_smoothing)
-        return self._update_metrics(logits, targets, loss_sum, tokens)
+        return self._update_metrics(*self._evaluate(features))
 
 
 def make_optimizer(hparams):
@@ -114,14 +125,6 @@ def build_model(model_name: str, hparams, vocab_size: int):
     one_token = tf.ones([1, 1], tf.int32)
     model({"inputs": one_token, "targets": one_token}, training=False)
     return model
-
-
-def checkpoint_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
-    objects = {"model": model}
-    if optimizer is not None:
-        objects["optimizer"] = optimizer
-    return tf.train.CheckpointManager(tf.train.Checkpoint(**objects), output_dir,
-                                      max_to_keep=max_to_keep, checkpoint_name="model.ckpt")
 
 
 class CheckpointSaver(keras.callbacks.Callback):
@@ -167,32 +170,29 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     os.makedirs(output_dir, exist_ok=True)
     save_run_description(output_dir, problem_name, model_name, hparams)
     strategy = choose_strategy()
-    jit_compile = config.jit_compile
-    if jit_compile and strategy.num_replicas_in_sync > 1:
-        # Keras fit with jit_compile under MirroredStrategy fails on CPU devices ("Trying to
-        # access resource ... located in device CPU:1"); train those replicas without XLA.
-        logging.warning("XLA is off under %d replicas with Keras fit",
-                        strategy.num_replicas_in_sync)
-        jit_compile = False
-    train_data = problem.dataset("train", data_dir, hparams, training=True)
-    dev_data = problem.dataset("dev", data_dir, hparams, training=False).repeat()
+    replicas = strategy.num_replicas_in_sync
+    train_data = problem.dataset("train", data_dir, hparams, training=True,
+                                 num_replicas=replicas)
+    dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
+                               num_replicas=replicas)
     with strategy.scope():
         model = build_model(model_name, hparams, problem.vocab_size(data_dir))
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
-        manager = checkpoint_manager(output_dir, model, optimizer, config.keep_checkpoint_max)
+        manager = checkpoints.make_manager(output_dir, model, optimizer,
+                                           config.keep_checkpoint_max)
         if manager.latest_checkpoint:
-            manager.checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+            checkpoints.restore(manager.latest_checkpoint, model, optimizer)
             logging.info("resuming from %s", manager.latest_checkpoint)
-        trainer = TrainingModel(model, hparams)
-        trainer.compile(optimizer=optimizer, jit_compile=jit_compile)
+        trainer = TrainingModel(model, hparams, jit_compile=config.jit_compile)
+        trainer.compile(optimizer=optimizer, jit_compile=False)
     step = int(optimizer.iterations.numpy())
     if step >= config.train_steps:
         logging.info("already trained %d of %d steps", step, config.train_steps)
         return model
     logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
                  model_name, problem_name, step, config.train_steps, model.count_params(),
-                 strategy.num_replicas_in_sync, "on" if jit_compile else "off")
+                 strategy.num_replicas_in_sync, "on" if config.jit_compile else "off")
     monitor = TrainingMonitor(output_dir, config.train_steps, config.log_every_steps,
                               LearningRateSchedule(hparams))
     trainer.fit(

@@ -1,0 +1,59 @@
+"""Checkpoints of a model's weights and the optimizer's state, named by Keras variable paths.
+
+TensorFlow's object-graph checkpoints do not follow the sublayers a Keras 3 model keeps in
+Python lists (the encoder and decoder stacks), so a plain `tf.train.Checkpoint(model=model)`
+silently saves only the embedding. Here every variable is saved under its unique Keras path
+("transformer/encoder_layer_0/self_attention/query/kernel"), which also makes a mismatch
+between a checkpoint and the model easy to name.
+"""
+import tensorflow as tf
+
+CHECKPOINT_NAME = "model.ckpt"
+
+
+class CheckpointError(ValueError):
+    """No checkpoint, or one that does not fit the model the hparams describe."""
+
+
+def variables_by_path(variables) -> dict:
+    by_path = {variable.path: variable for variable in variables}
+    if len(by_path) != len(variables):
+        raise ValueError("variable paths are not unique")
+    return by_path
+
+
+def make_checkpoint(model, optimizer=None) -> tf.train.Checkpoint:
+    objects = {"model": variables_by_path(model.weights)}
+    if optimizer is not None:
+        objects["optimizer"] = variables_by_path(optimizer.variables)
+    return tf.train.Checkpoint(**objects)
+
+
+def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
+    return tf.train.CheckpointManager(make_checkpoint(model, optimizer), output_dir,
+                                      max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME)
+
+
+def check_compatible(checkpoint_path: str, model):
+    """Raises CheckpointError naming the first model variable the checkpoint lacks or shapes
+    differently."""
+    stored = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+    for path, variable in variables_by_path(model.weights).items():
+        key = "model/" + path.replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+        if key not in stored:
+            raise CheckpointError(f"{checkpoint_path} has no variable {path!r}: it was written "
+                                  f"by a model with other hparams")
+        if list(stored[key]) != list(variable.shape):
+            raise CheckpointError(f"{checkpoint_path}: variable {path!r} has shape "
+                                  f"{stored[key]} there but {list(variable.shape)} in the model "
+                                  f"built from these hparams")
+
+
+def restore(checkpoint_path: str, model, optimizer=None):
+    """Restores every model variable (and the optimizer's, when given) or raises."""
+    check_compatible(checkpoint_path, model)
+    status = make_checkpoint(model, optimizer).restore(checkpoint_path)
+    if optimizer is not None:
+        status.assert_consumed()
+    else:
+        status.expect_partial().assert_existing_objects_matched()

@@ -1,0 +1,55 @@
+"""The wheel installs problems/, hparams/ and bin/ under the t2t_lite namespace.
+
+The wheel is built from this checkout and installed with --no-deps into a fresh virtual
+environment. The environment borrows the already-installed dependencies through a path entry
+(not the host's .pth files, so the host's own t2t_lite cannot leak in).
+"""
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(command, **kwargs):
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def venv_python(tmp_path_factory):
+    root = tmp_path_factory.mktemp("packaging")
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(root / "dist"), REPOSITORY])
+    wheels = list((root / "dist").glob("t2t_lite-*.whl"))
+    assert len(wheels) == 1
+    run([sys.executable, "-m", "venv", str(root / "venv")])
+    python = root / "venv" / "bin" / "python"
+    site_packages = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+    with open(os.path.join(site_packages, "host_dependencies.pth"), "w") as handle:
+        handle.write(sysconfig.get_paths()["purelib"] + "\n")
+    run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheels[0])])
+    return python
+
+
+def test_wheel_installs_the_namespace_and_lists_the_registry(venv_python, tmp_path):
+    script = ("import t2t_lite, t2t_lite.problems, t2t_lite.hparams, t2t_lite.bin.trainer\n"
+              "from t2t_lite import registry\n"
+              "print(t2t_lite.problems.__file__)\n"
+              "print(','.join(registry.list_problems()))\n"
+              "print(','.join(registry.list_hparams()))\n")
+    out = run([str(venv_python), "-c", script], cwd=tmp_path,
+              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).splitlines()
+    assert out[0].startswith(str(venv_python.parent.parent)), out[0]
+    assert "site-packages/t2t_lite/problems/__init__.py" in out[0]
+    assert "algorithmic_copy" in out[1].split(",")
+    assert "transformer_base_v1" in out[2].split(",")
+
+
+def test_wheel_installs_console_scripts(venv_python):
+    for name in ("t2t_lite-datagen", "t2t_lite-trainer", "t2t_lite-decoder"):
+        assert (venv_python.parent / name).exists(), name
