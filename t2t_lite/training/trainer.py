@@ -120,10 +120,10 @@ def choose_strategy():
 
 
 def build_model(model_name: str, hparams, vocab_size: int):
-    """The registered model with its variables created (by a call on a one-token batch)."""
+    """The registered model with its variables created (by a call on a tiny batch)."""
     model = registry.model(model_name)(hparams, vocab_size)
-    one_token = tf.ones([1, 1], tf.int32)
-    model({"inputs": one_token, "targets": one_token}, training=False)
+    tokens = tf.ones([1, 2], tf.int32)
+    model({"inputs": tokens, "targets": tokens}, training=False)
     return model
 
 
@@ -204,5 +204,6 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         validation_steps=config.eval_steps,
         callbacks=[monitor, CheckpointSaver(manager, config.save_checkpoints_steps,
                                             config.train_steps)],
+        shuffle=False,  # the pipeline shuffles
         verbose=0)
     return model
