@@ -53,8 +53,10 @@ class TrainingModel(keras.Model):
         self.loss_sum = keras.metrics.Sum(name="loss_sum")
         self.target_tokens = keras.metrics.Sum(name="target_tokens")
         self.correct_tokens = keras.metrics.Sum(name="correct_tokens")
-        self._gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile)
-        self._evaluate = tf.function(self._loss_and_counts, jit_compile=jit_compile)
+        self._gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile,
+                                     reduce_retracing=True)
+        self._evaluate = tf.function(self._loss_and_counts, jit_compile=jit_compile,
+                                    reduce_retracing=True)
 
     @property
     def metrics(self):
