@@ -15,6 +15,7 @@ from absl import logging
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.hparams_lib import HParams
 
 TRAIN, DEV, TEST = "train", "dev", "test"
 
@@ -65,49 +66,84 @@ class Problem:
 
     # --- Datagen -----------------------------------------------------------------------------
 
-    def encode_sample(self, sample: dict, encoders: dict) -> dict:
-        """Text to ids with EOS appended to both sides, as t2t's text2text problems did."""
-        return {feature: encoders[feature].encode(sample[feature]) + [EOS_ID]
-                for feature in ("inputs", "targets")}
+    max_length = 256  # datagen skips examples with more tokens than this (t2t's max_length)
 
-    def generate_data(self, data_dir: str, tmp_dir: str):
-        """Writes every split to `data_dir`; splits already complete are kept, so running again
-        after an interruption finishes the work."""
+    def encode_samples(self, samples, encoders: dict, stats: "SplitStats"):
+        """Yields {"inputs", "targets"} id lists with EOS appended (t2t's text2text encoding),
+        skipping and counting empty and over-long pairs."""
+        for sample in samples:
+            encoded = {feature: encoders[feature].encode(sample[feature]) + [EOS_ID]
+                       for feature in ("inputs", "targets")}
+            if stats.keep(sample, encoded, self.max_length):
+                yield encoded
+
+    def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
+        """Builds what feature_encoders needs (a trained vocabulary, say); nothing by default."""
+
+    def generate_data(self, data_dir: str, tmp_dir: str) -> dict:
+        """Writes every split to `data_dir` and logs a summary; splits already complete are
+        kept, so running again after an interruption finishes the work. Returns {split: stats}
+        for the splits written now."""
         os.makedirs(data_dir, exist_ok=True)
         os.makedirs(tmp_dir, exist_ok=True)
+        self.prepare_vocabulary(data_dir, tmp_dir)
         encoders = self.feature_encoders(data_dir)
+        written = {}
         for split in self.dataset_splits():
             if split.shards:
-                self._write_records(data_dir, tmp_dir, split, encoders)
+                stats = self._write_records(data_dir, tmp_dir, split, encoders)
             else:
-                self._write_text(data_dir, tmp_dir, split)
+                stats = self._write_text(data_dir, tmp_dir, split)
+            if stats:
+                written[split.name] = stats
+        self.log_summary(data_dir, written)
+        return written
 
     def _write_records(self, data_dir, tmp_dir, split, encoders):
         paths = self.filepaths(data_dir, split)
         if records.all_exist(paths):
             logging.info("%s: %d shards already complete, kept", split.name, len(paths))
-            return
+            return None
         records.remove_incomplete(data_dir, f"{self.name}-{split.name}")
+        stats = SplitStats()
         samples = self.generate_samples(data_dir, tmp_dir, split.name)
         with progress_bar(f"{self.name} {split.name}") as bar:
-            count = records.write_shards(
-                (self.encode_sample(sample, encoders) for sample in samples), paths,
-                on_example=lambda n: bar.update(1))
-        logging.info("%s: wrote %d records to %d shards", split.name, count, len(paths))
+            records.write_shards(self.encode_samples(samples, encoders, stats), paths,
+                                 on_example=lambda n: bar.update(1))
+        return stats
 
     def _write_text(self, data_dir, tmp_dir, split):
         paths = self.text_paths(data_dir, split.name)
         if all(os.path.exists(path) for path in paths.values()):
-            return
+            return None
+        stats = SplitStats()
         temporary = {feature: path + records.INCOMPLETE_SUFFIX for feature, path in paths.items()}
         files = {feature: open(path, "w", encoding="utf-8") for feature, path in temporary.items()}
         with files["inputs"], files["targets"]:
             for sample in self.generate_samples(data_dir, tmp_dir, split.name):
+                stats.records += 1
                 for feature, handle in files.items():
                     handle.write(sample[feature] + "\n")
         for feature, path in paths.items():
             os.replace(temporary[feature], path)
         logging.info("%s: wrote %s", split.name, ", ".join(paths.values()))
+        return stats
+
+    def log_summary(self, data_dir: str, written: dict):
+        """Records, tokens and skips per split, the vocabulary size, and the padding share that
+        bucketed batches of the default batch_size will have."""
+        lines = [f"datagen summary for {self.name} in {data_dir}:",
+                 f"  vocabulary size: {self.vocab_size(data_dir)}"]
+        for name, stats in written.items():
+            lines.append(f"  {name}: {stats.describe()}")
+        if written.get(TRAIN):
+            hparams = HParams(max_length=self.max_length)  # transformer_base's batch_size
+            train = self.dataset(TRAIN, data_dir, hparams, training=False)
+            fraction = pipeline.padding_fraction(train, num_batches=200)
+            lines.append(f"  padding in bucketed batches of {hparams.batch_size} tokens: "
+                         f"{100 * fraction:.1f}%")
+        logging.info("\n".join(lines))
+
 
     # --- Reading -----------------------------------------------------------------------------
 
@@ -124,3 +160,32 @@ class Problem:
                                         shuffle_files=training if shuffle_files is None
                                         else shuffle_files, repeat=repeat,
                                         num_replicas=num_replicas)
+
+
+@dataclasses.dataclass
+class SplitStats:
+    """What datagen wrote for one split and what it skipped, and why."""
+    records: int = 0
+    input_tokens: int = 0
+    target_tokens: int = 0
+    skipped: dict = dataclasses.field(default_factory=dict)
+
+    def keep(self, sample: dict, encoded: dict, max_length: int) -> bool:
+        if not sample["inputs"].strip() or not sample["targets"].strip():
+            reason = "empty line"
+        elif max(len(encoded["inputs"]), len(encoded["targets"])) > max_length:
+            reason = f"longer than max_length={max_length} tokens"
+        else:
+            self.records += 1
+            self.input_tokens += len(encoded["inputs"])
+            self.target_tokens += len(encoded["targets"])
+            return True
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        return False
+
+    def describe(self) -> str:
+        text = f"{self.records} records"
+        if self.input_tokens:
+            text += f", {self.input_tokens} input and {self.target_tokens} target tokens"
+        skips = ", ".join(f"{count} {reason}" for reason, count in sorted(self.skipped.items()))
+        return text + (f"; skipped {skips}" if skips else "")

@@ -2,6 +2,10 @@
 
 Ids 0 and 1 are reserved for PAD and EOS in every vocabulary, as in tensor2tensor.
 """
+import io
+import os
+
+import sentencepiece
 PAD_ID = 0
 EOS_ID = 1
 NUM_RESERVED_IDS = 2
@@ -39,3 +43,74 @@ class SymbolVocabulary:
             if token_id != PAD_ID:
                 symbols.append(str(token_id - NUM_RESERVED_IDS + 1))
         return " ".join(symbols)
+
+
+class SentencePieceVocabulary:
+    """A SentencePiece model (BPE or unigram), joint over source and target, as the vocabulary of
+    a translation problem; t2t's SubwordTextEncoder had the same role.
+
+    The model reserves PAD = 0 and EOS = 1 (and UNK = 2), and is trained with the "identity"
+    normalization and without collapsing whitespace, so that decode(encode(s)) == s for every
+    line (the default nmt_nfkc rule collapses repeated spaces). Outside the graph it encodes with
+    the `sentencepiece` package; inside the graph with tensorflow_text's SentencepieceTokenizer,
+    the same model and the same ids.
+    """
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        with open(model_path, "rb") as handle:
+            self.model_proto = handle.read()
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
+        self._tokenizer = None
+
+    @classmethod
+    def train(cls, sentences, model_path: str, vocab_size: int, model_type: str = "bpe",
+              max_sentences: int = 1_000_000):
+        """Trains on an iterable of strings and writes `model_path` atomically."""
+        temporary = model_path + ".incomplete"
+        model_writer = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model_writer,
+            vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+            pad_id=PAD_ID, eos_id=EOS_ID, unk_id=NUM_RESERVED_IDS, bos_id=-1,
+            normalization_rule_name="identity", remove_extra_whitespaces=False,
+            input_sentence_size=max_sentences, shuffle_input_sentence=True,
+            hard_vocab_limit=False, minloglevel=2)
+        with open(temporary, "wb") as handle:
+            handle.write(model_writer.getvalue())
+        os.replace(temporary, model_path)
+        return cls(model_path)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.processor.get_piece_size()
+
+    def encode(self, text: str) -> list:
+        return self.processor.encode(text)
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids]
+        if EOS_ID in ids:
+            ids = ids[:ids.index(EOS_ID)]
+        return self.processor.decode([i for i in ids if i != PAD_ID])
+
+    @property
+    def tokenizer(self):
+        """tensorflow_text.SentencepieceTokenizer over the same model (for use in graphs)."""
+        if self._tokenizer is None:
+            import tensorflow_text
+            self._tokenizer = tensorflow_text.SentencepieceTokenizer(model=self.model_proto)
+        return self._tokenizer
+
+    def encode_in_graph(self, texts):
+        """A string tensor [batch] -> int32 RaggedTensor of ids [batch, (length)]."""
+        return self.tokenizer.tokenize(texts)
+
+    def decode_in_graph(self, ids):
+        """Ids [batch, length] (dense, cut at EOS and padded with 0, or ragged) -> strings."""
+        import tensorflow as tf
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+            before_eos = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
+            ids = tf.ragged.boolean_mask(ids, before_eos & tf.not_equal(ids, PAD_ID))
+        return self.tokenizer.detokenize(ids)

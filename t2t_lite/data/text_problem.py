@@ -1,0 +1,72 @@
+"""Text2TextProblem: translation between two languages with a joint SentencePiece vocabulary.
+
+tensor2tensor's Text2TextProblem with `vocab_type = SUBWORD` and a size in the problem's name
+(`..._8k`, `..._32k`): the vocabulary is trained once on the training split (source and target
+together) and stored in data_dir; tokenization at datagen runs in the TensorFlow graph with
+tensorflow_text's SentencepieceTokenizer, the op that decoding and serving use too.
+"""
+import itertools
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.data.problem import TRAIN, DataError, Problem
+from t2t_lite.data.vocab import EOS_ID, SentencePieceVocabulary
+
+ENCODE_CHUNK = 2048  # sentences per call of the in-graph tokenizer
+
+
+class Text2TextProblem(Problem):
+    """Subclasses set the languages and implement generate_samples."""
+
+    source_language = None
+    target_language = None
+    approx_vocab_size = 8192
+    vocab_type = "bpe"           # or "unigram"
+    max_vocab_training_sentences = 1_000_000
+
+    def vocab_filename(self) -> str:
+        return f"vocab.{self.name}.{self.approx_vocab_size}.{self.vocab_type}.model"
+
+    def vocab_path(self, data_dir: str) -> str:
+        return os.path.join(data_dir, self.vocab_filename())
+
+    def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
+        """Trains the joint vocabulary on the training split unless data_dir has it."""
+        path = self.vocab_path(data_dir)
+        if os.path.exists(path):
+            logging.info("vocabulary %s already there, kept", path)
+            return
+        samples = self.generate_samples(data_dir, tmp_dir, TRAIN)
+        sentences = (text for sample in samples for text in (sample["inputs"], sample["targets"])
+                     if text.strip())
+        logging.info("training a %s vocabulary of about %d pieces", self.vocab_type,
+                     self.approx_vocab_size)
+        SentencePieceVocabulary.train(
+            itertools.islice(sentences, self.max_vocab_training_sentences), path,
+            self.approx_vocab_size, self.vocab_type)
+
+    def feature_encoders(self, data_dir: str) -> dict:
+        path = self.vocab_path(data_dir)
+        if not os.path.exists(path):
+            raise DataError(f"no vocabulary {path}: run t2t_lite-datagen --problem={self.name} "
+                            f"--data_dir={data_dir} first")
+        vocabulary = SentencePieceVocabulary(path)
+        return {"inputs": vocabulary, "targets": vocabulary}
+
+    def encode_samples(self, samples, encoders: dict, stats):
+        """Encodes chunks of sentences with the in-graph tokenizer, EOS appended."""
+        vocabulary = encoders["targets"]
+        while True:
+            chunk = list(itertools.islice(samples, ENCODE_CHUNK))
+            if not chunk:
+                return
+            ids = {feature: vocabulary.encode_in_graph(
+                       tf.constant([sample[feature] for sample in chunk])).to_list()
+                   for feature in ("inputs", "targets")}
+            for i, sample in enumerate(chunk):
+                encoded = {feature: ids[feature][i] + [EOS_ID]
+                           for feature in ("inputs", "targets")}
+                if stats.keep(sample, encoded, self.max_length):
+                    yield encoded
