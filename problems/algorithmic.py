@@ -16,8 +16,8 @@ class AlgorithmicProblem(Problem):
     """Random symbol sequences mapped by `transform`; one SymbolVocabulary for both sides."""
 
     num_symbols = 10
-    min_length = 1
-    max_length = 20
+    min_symbols = 1
+    max_symbols = 20
     num_samples = {TRAIN: 50_000, DEV: 1_000, TEST: 100}
     seeds = {TRAIN: 1, DEV: 2, TEST: 3}
 
@@ -33,7 +33,7 @@ class AlgorithmicProblem(Problem):
         rng = random.Random(self.seeds[split])
         count = 0
         while count < self.num_samples[split]:
-            length = rng.randint(self.min_length, self.max_length)
+            length = rng.randint(self.min_symbols, self.max_symbols)
             symbols = tuple(rng.randint(1, self.num_symbols) for _ in range(length))
             if symbols not in exclude:
                 count += 1
