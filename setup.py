@@ -22,6 +22,7 @@ INSTALL_REQUIRES = [
     "absl-py==2.5.1",
     "matplotlib==3.11.2",
     "tensorboard==2.21.0",
+    "importlib_resources==7.1.0",  # tensorflow-datasets imports it but declares it for Python < 3.9
     "tqdm==4.70.1",
 ]
 

@@ -1,2 +1,3 @@
 """Built-in problems; importing this package registers them."""
-from t2t_lite.problems import algorithmic, translate_multi30k  # noqa: F401
+from t2t_lite.problems import (  # noqa: F401
+    algorithmic, translate_files, translate_multi30k, translate_wmt)

@@ -7,6 +7,7 @@ token batches (`dataset`). Splits that are decoded and scored rather than traine
 split) are also written as plain text, one sentence a line, for the decoder.
 """
 import dataclasses
+import itertools
 import os
 
 import tensorflow as tf
@@ -117,10 +118,12 @@ class Problem:
         if all(os.path.exists(path) for path in paths.values()):
             return None
         stats = SplitStats()
+        samples = self.generate_samples(data_dir, tmp_dir, split.name)
+        first = next(samples, None)  # a missing raw file fails here, before any file is opened
         temporary = {feature: path + records.INCOMPLETE_SUFFIX for feature, path in paths.items()}
         files = {feature: open(path, "w", encoding="utf-8") for feature, path in temporary.items()}
         with files["inputs"], files["targets"]:
-            for sample in self.generate_samples(data_dir, tmp_dir, split.name):
+            for sample in itertools.chain([first] if first else [], samples):
                 stats.records += 1
                 for feature, handle in files.items():
                     handle.write(sample[feature] + "\n")

@@ -9,6 +9,9 @@ import sentencepiece
 PAD_ID = 0
 EOS_ID = 1
 NUM_RESERVED_IDS = 2
+# With byte fallback a character never seen in training is spelled as UTF-8 bytes instead of
+# becoming "⁇"; the 256 byte pieces are only affordable in vocabularies of this size and above.
+BYTE_FALLBACK_MIN_VOCAB = 1024
 
 
 class SymbolVocabulary:
@@ -69,13 +72,22 @@ class SentencePieceVocabulary:
         """Trains on an iterable of strings and writes `model_path` atomically."""
         temporary = model_path + ".incomplete"
         model_writer = io.BytesIO()
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=model_writer,
-            vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
-            pad_id=PAD_ID, eos_id=EOS_ID, unk_id=NUM_RESERVED_IDS, bos_id=-1,
-            normalization_rule_name="identity", remove_extra_whitespaces=False,
-            input_sentence_size=max_sentences, shuffle_input_sentence=True,
-            hard_vocab_limit=False, minloglevel=2)
+        reader = _RememberingIterator(sentences)
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=reader, model_writer=model_writer,
+                vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+                pad_id=PAD_ID, eos_id=EOS_ID, unk_id=NUM_RESERVED_IDS, bos_id=-1,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                input_sentence_size=max_sentences, shuffle_input_sentence=True,
+                hard_vocab_limit=False, byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
+                minloglevel=2)
+        except RuntimeError:
+            # The trainer turns an error of the sentence reader (a missing file, invalid UTF-8)
+            # into RuntimeError("INTERNAL: ..."); raise the reader's own, named error instead.
+            if reader.error is not None:
+                raise reader.error from None
+            raise
         with open(temporary, "wb") as handle:
             handle.write(model_writer.getvalue())
         os.replace(temporary, model_path)
@@ -114,3 +126,23 @@ class SentencePieceVocabulary:
             before_eos = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
             ids = tf.ragged.boolean_mask(ids, before_eos & tf.not_equal(ids, PAD_ID))
         return self.tokenizer.detokenize(ids)
+
+
+class _RememberingIterator:
+    """Iterates `iterable` and keeps the exception that ended it, if any."""
+
+    def __init__(self, iterable):
+        self.iterator = iter(iterable)
+        self.error = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self.iterator)
+        except StopIteration:
+            raise
+        except Exception as error:
+            self.error = error
+            raise

@@ -1,0 +1,133 @@
+"""Translation from your own aligned files: line N of the source file translates line N of the
+target file (plain UTF-8 or .gz), with a joint SentencePiece vocabulary trained on the training
+pair.
+
+The files, the languages and the vocabulary size come from datagen's flags:
+
+  t2t_lite-datagen --problem=translate_text_files --data_dir=D --tmp_dir=T \
+      --train_source=train.en --train_target=train.de --dev_source=dev.en --dev_target=dev.de \
+      [--test_source=test.en --test_target=test.de] [--source_language=en --target_language=de] \
+      [--approx_vocab_size=8192]
+
+Datagen records them in `D/translate_text_files.json`. The trainer and the decoder create the
+problem by name without them: the vocabulary has a fixed name in D, so they find it all the same.
+Running datagen again into D with other files or settings is an error rather than a mix of old
+and new data.
+"""
+import dataclasses
+import json
+import os
+
+from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
+from t2t_lite.data.text_files import read_parallel
+from t2t_lite.data.text_problem import Text2TextProblem
+from t2t_lite.registry import register_problem
+
+FLAGS_HINT = ("pass your files to t2t_lite-datagen with --train_source, --train_target, "
+              "--dev_source and --dev_target (and optionally --test_source, --test_target, "
+              "--source_language, --target_language, --approx_vocab_size)")
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesConfig:
+    """Where each split's (source, target) files are, and the vocabulary to train on them."""
+    train: tuple
+    dev: tuple
+    test: tuple = None
+    source_language: str = None
+    target_language: str = None
+    approx_vocab_size: int = Text2TextProblem.approx_vocab_size
+
+    def pairs(self) -> dict:
+        """{split name: (source path, target path)} for the splits that have files."""
+        return {name: pair for name, pair in ((TRAIN, self.train), (DEV, self.dev),
+                                              (TEST, self.test)) if pair}
+
+
+@register_problem
+class TranslateTextFiles(Text2TextProblem):
+    """Your parallel files; `configure` before generate_data (bin/datagen does it from flags)."""
+
+    config = None
+
+    def configure(self, train, dev, test=None, source_language=None, target_language=None,
+                  vocab_size=None):
+        """train, dev, test: (source path, target path) pairs; test is optional and is written
+        as text for the decoder, as for every problem."""
+        for name, pair in ((TRAIN, train), (DEV, dev), (TEST, test)):
+            if pair is not None and (len(pair) != 2 or not all(pair)):
+                raise DataError(f"the {name} split needs a source and a target file, got {pair}")
+        if train is None or dev is None:
+            missing = TRAIN if train is None else DEV
+            raise DataError(f"translate_text_files has no {missing} files: {FLAGS_HINT}")
+        if vocab_size is not None and vocab_size < 1:
+            raise DataError(f"the vocabulary size must be positive, got {vocab_size}")
+        self.config = FilesConfig(
+            _absolute(train), _absolute(dev), _absolute(test), source_language, target_language,
+            vocab_size or Text2TextProblem.approx_vocab_size)
+        self.source_language, self.target_language = source_language, target_language
+        self.approx_vocab_size = self.config.approx_vocab_size
+        return self
+
+    def _configured(self) -> FilesConfig:
+        if self.config is None:
+            raise DataError(f"translate_text_files reads your own files: {FLAGS_HINT}")
+        return self.config
+
+    # The vocabulary's name leaves out the size, which only datagen knows.
+    def vocab_filename(self) -> str:
+        return f"vocab.{self.name}.{self.vocab_type}.model"
+
+    def config_path(self, data_dir: str) -> str:
+        return os.path.join(data_dir, f"{self.name}.json")
+
+    def dataset_splits(self) -> list:
+        splits = super().dataset_splits()
+        if self.config is not None and self.config.test is None:
+            splits = [split for split in splits if split.name != TEST]
+        return splits
+
+    def generate_data(self, data_dir: str, tmp_dir: str) -> dict:
+        """Checks the files and that data_dir holds nothing generated from other files, then
+        generates as every problem does."""
+        config = self._configured()
+        self.check_files(config)
+        self._record_config(data_dir, config)
+        return super().generate_data(data_dir, tmp_dir)
+
+    def check_files(self, config: FilesConfig):
+        """Reads every pair once before any work, so that a missing file, different line counts
+        or invalid UTF-8 in dev or test end datagen before the long training split rather than
+        after it (and in train, as a DataError: raised inside SentencePiece's trainer it would
+        come out as a RuntimeError)."""
+        for pair in config.pairs().values():
+            for _ in read_parallel(*pair):
+                pass
+
+    def _record_config(self, data_dir: str, config: FilesConfig):
+        path = self.config_path(data_dir)
+        settings = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                recorded = json.load(handle)
+            changed = sorted(key for key in settings if recorded.get(key) != settings[key])
+            if changed:
+                raise DataError(f"{data_dir} holds {self.name} data generated with other "
+                                f"{', '.join(changed)} (see {path}): use another --data_dir, or "
+                                f"empty this one to start again")
+            return
+        os.makedirs(data_dir, exist_ok=True)
+        with open(path + ".incomplete", "w", encoding="utf-8") as handle:
+            json.dump(settings, handle, indent=2)
+        os.replace(path + ".incomplete", path)
+
+    def generate_samples(self, data_dir: str, tmp_dir: str, split: str):
+        pairs = self._configured().pairs()
+        if split not in pairs:
+            raise DataError(f"translate_text_files has no {split} files: {FLAGS_HINT}")
+        return read_parallel(*pairs[split])
+
+
+def _absolute(pair):
+    """Absolute paths, so that the record in data_dir does not depend on the working folder."""
+    return tuple(os.path.abspath(path) for path in pair) if pair else None
