@@ -41,6 +41,7 @@ setuptools.setup(
             "t2t_lite-datagen=t2t_lite.bin.datagen:run",
             "t2t_lite-trainer=t2t_lite.bin.trainer:run",
             "t2t_lite-decoder=t2t_lite.bin.decoder:run",
+            "t2t_lite-avg-checkpoints=t2t_lite.bin.avg_checkpoints:run",
         ]
     },
 )

@@ -55,7 +55,8 @@ def hparams_from_flags():
     return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
 
 
-USER_ERRORS = (RegistryError, HParamsError, ValueError, FileNotFoundError, OSError)
+USER_ERRORS = (RegistryError, HParamsError, ValueError, FileNotFoundError, OSError,
+               FloatingPointError)
 
 
 def run_main(main):

@@ -20,6 +20,7 @@ flags.DEFINE_integer("keep_checkpoint_max", _DEFAULTS.keep_checkpoint_max,
 flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
                      "Updates between progress lines and TensorBoard points.")
 flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile, "Compile the training step with XLA.")
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the weights, dropout and batch order.")
 flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
@@ -28,7 +29,7 @@ def main(argv):
         train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
-        jit_compile=FLAGS.jit_compile)
+        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed)
     trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
                   FLAGS.output_dir, config)
 

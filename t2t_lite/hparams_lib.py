@@ -63,6 +63,9 @@ class HParams:
         "constant", "linear_warmup", "rsqrt_decay", "rsqrt_hidden_size")
     learning_rate_constant: float = 2.0
     learning_rate_warmup_steps: int = 8000
+    # Gradients of this many batches are averaged into one update (t2t's MultistepAdam), so
+    # that the paper's 25,000-token batches fit on one device; the schedule counts updates.
+    optimizer_multistep_accumulate_steps: int = 1
     # --- Input pipeline (t2t's data_reader) ---
     batch_size: int = 4096                   # tokens per batch (longest of source and target)
     max_length: int = 256                    # training drops longer examples
@@ -73,7 +76,7 @@ class HParams:
         check = _Checker(self)
         check.positive("hidden_size", "filter_size", "num_heads", "num_hidden_layers",
                        "batch_size", "max_length", "min_length_bucket",
-                       "learning_rate_warmup_steps")
+                       "learning_rate_warmup_steps", "optimizer_multistep_accumulate_steps")
         check.non_negative("num_encoder_layers", "num_decoder_layers", "clip_grad_norm",
                            "learning_rate_constant")
         check.probability("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",

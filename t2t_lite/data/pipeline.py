@@ -41,12 +41,13 @@ def example_length(example):
     return tf.maximum(tf.shape(example["inputs"])[0], tf.shape(example["targets"])[0])
 
 
-def read_examples(filepattern: str, shuffle_files: bool) -> tf.data.Dataset:
-    """Parallel reads of every shard matching `filepattern`, parsed into int32 id vectors."""
-    files = tf.data.Dataset.list_files(filepattern, shuffle=shuffle_files)
+def read_examples(filepattern: str, shuffle_files: bool, seed: int = None) -> tf.data.Dataset:
+    """Parallel reads of every shard matching `filepattern`, parsed into int32 id vectors; with
+    a seed the order is the same in every run."""
+    files = tf.data.Dataset.list_files(filepattern, shuffle=shuffle_files, seed=seed)
     dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=READ_PARALLELISM,
                                num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=not shuffle_files)
+                               deterministic=seed is not None or not shuffle_files)
     return dataset.map(parse_example, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -72,17 +73,18 @@ def bucket_by_length(dataset: tf.data.Dataset, hparams, max_length: int,
 
 
 def batched_dataset(filepattern: str, hparams, training: bool, shuffle_files: bool = True,
-                    repeat: bool = None, num_replicas: int = 1) -> tf.data.Dataset:
+                    repeat: bool = None, num_replicas: int = 1,
+                    seed: int = None) -> tf.data.Dataset:
     """Training: shuffled and repeated. Evaluation: in file order, repeated only if asked (then
     every evaluation sees the same first batches). Repeated datasets give full batches only, so
     there is one batch shape per bucket. Examples over max_length are dropped in both (the
     buckets end at max_length; t2t kept long dev examples)."""
     max_length = hparams.max_length
     repeat = training if repeat is None else repeat
-    dataset = read_examples(filepattern, shuffle_files=shuffle_files)
+    dataset = read_examples(filepattern, shuffle_files=shuffle_files, seed=seed)
     dataset = dataset.filter(lambda example: example_length(example) <= max_length)
     if training:
-        dataset = dataset.shuffle(SHUFFLE_BUFFER)
+        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed)
     if repeat:
         dataset = dataset.repeat()
     dataset = bucket_by_length(dataset, hparams, max_length, drop_remainder=repeat,

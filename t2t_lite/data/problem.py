@@ -152,7 +152,7 @@ class Problem:
 
     def dataset(self, split_name: str, data_dir: str, hparams, training: bool,
                 shuffle_files: bool = None, repeat: bool = None,
-                num_replicas: int = 1) -> tf.data.Dataset:
+                num_replicas: int = 1, seed: int = None) -> tf.data.Dataset:
         """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0), of
         about hparams.batch_size tokens for each of `num_replicas` replicas."""
         pattern = self.filepattern(data_dir, split_name)
@@ -162,7 +162,7 @@ class Problem:
         return pipeline.batched_dataset(pattern, hparams, training=training,
                                         shuffle_files=training if shuffle_files is None
                                         else shuffle_files, repeat=repeat,
-                                        num_replicas=num_replicas)
+                                        num_replicas=num_replicas, seed=seed)
 
 
 @dataclasses.dataclass

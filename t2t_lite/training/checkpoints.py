@@ -3,7 +3,7 @@
 TensorFlow's object-graph checkpoints do not follow the sublayers a Keras 3 model keeps in
 Python lists (the encoder and decoder stacks), so a plain `tf.train.Checkpoint(model=model)`
 silently saves only the embedding. Here every variable is saved under its unique Keras path
-("transformer/encoder_layer_0/self_attention/query/kernel"), which also makes a mismatch
+("encoder_layer_0/self_attention/query/kernel", without the model's own name), which also makes a mismatch
 between a checkpoint and the model easy to name.
 """
 import tensorflow as tf
@@ -15,15 +15,28 @@ class CheckpointError(ValueError):
     """No checkpoint, or one that does not fit the model the hparams describe."""
 
 
-def variables_by_path(variables) -> dict:
-    by_path = {variable.path: variable for variable in variables}
+def variables_by_path(variables, drop_top_scope: bool = False) -> dict:
+    """{Keras path: variable}; with drop_top_scope the model's own name is left out of the
+    path, so a second model built in one process ("transformer_1/...") reads the same keys."""
+    def path(variable):
+        return variable.path.split("/", 1)[-1] if drop_top_scope else variable.path
+    by_path = {path(variable): variable for variable in variables}
     if len(by_path) != len(variables):
         raise ValueError("variable paths are not unique")
     return by_path
 
 
+def model_variables(model) -> dict:
+    return variables_by_path(model.weights, drop_top_scope=True)
+
+
+def checkpoint_key(path: str) -> str:
+    """The key TensorFlow stores a variable of the "model" dict under ("." -> "..", "/" -> ".S")."""
+    return "model/" + path.replace(".", "..").replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
 def make_checkpoint(model, optimizer=None) -> tf.train.Checkpoint:
-    objects = {"model": variables_by_path(model.weights)}
+    objects = {"model": model_variables(model)}
     if optimizer is not None:
         objects["optimizer"] = variables_by_path(optimizer.variables)
     return tf.train.Checkpoint(**objects)
@@ -38,8 +51,8 @@ def check_compatible(checkpoint_path: str, model):
     """Raises CheckpointError naming the first model variable the checkpoint lacks or shapes
     differently."""
     stored = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
-    for path, variable in variables_by_path(model.weights).items():
-        key = "model/" + path.replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+    for path, variable in model_variables(model).items():
+        key = checkpoint_key(path)
         if key not in stored:
             raise CheckpointError(f"{checkpoint_path} has no variable {path!r}: it was written "
                                   f"by a model with other hparams")

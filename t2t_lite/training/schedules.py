@@ -6,7 +6,8 @@
         = 2.0 * min(1, step / warmup) * rsqrt(max(step, warmup)) * d^-0.5
 
 `step` counts from 1 at the first update: the optimizer's update k (0-based) uses step k + 1, so
-no update is wasted on a learning rate of 0.
+no update is wasted on a learning rate of 0. With gradient accumulation over K batches the step
+advances once per applied update, not once per batch.
 """
 import keras
 import tensorflow as tf
@@ -38,13 +39,16 @@ def learning_rate(step, hparams):
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The hparams' schedule for a Keras optimizer (called with its 0-based update count)."""
+    """The hparams' schedule for a Keras optimizer, called with its 0-based count of batches
+    (Keras counts batches, not updates, when it accumulates gradients)."""
 
     def __init__(self, hparams):
         self.hparams = hparams
 
     def __call__(self, iterations):
-        return learning_rate(tf.cast(iterations, tf.float32) + 1.0, self.hparams)
+        batches_per_update = max(1, self.hparams.optimizer_multistep_accumulate_steps)
+        updates = tf.math.floordiv(tf.cast(iterations, tf.int64), batches_per_update)
+        return learning_rate(tf.cast(updates, tf.float32) + 1.0, self.hparams)
 
     def get_config(self):
         return {"hparams": self.hparams.to_dict()}

@@ -33,6 +33,7 @@ class RunConfig:
     keep_checkpoint_max: int = 20
     log_every_steps: int = 100
     jit_compile: bool = True            # XLA; Keras' "auto" would turn it off on CPU
+    seed: int = 1                       # weights, dropout and the order of training batches
 
 
 class TrainingModel(keras.Model):
@@ -105,12 +106,16 @@ class TrainingModel(keras.Model):
 
 
 def make_optimizer(hparams):
-    """Adam (paper §5.3) with t2t's betas and epsilon and the hparams' schedule."""
+    """Adam (paper §5.3) with t2t's betas and epsilon and the hparams' schedule; with
+    optimizer_multistep_accumulate_steps = K > 1, Keras' gradient accumulation averages the
+    gradients of K batches into one update (`optimizer.iterations` counts updates)."""
+    accumulate = hparams.optimizer_multistep_accumulate_steps
     return keras.optimizers.Adam(
         learning_rate=LearningRateSchedule(hparams),
         beta_1=hparams.optimizer_adam_beta1,
         beta_2=hparams.optimizer_adam_beta2,
-        epsilon=hparams.optimizer_adam_epsilon)
+        epsilon=hparams.optimizer_adam_epsilon,
+        gradient_accumulation_steps=accumulate if accumulate > 1 else None)
 
 
 def choose_strategy():
@@ -127,6 +132,28 @@ def build_model(model_name: str, hparams, vocab_size: int):
     tokens = tf.ones([1, 2], tf.int32)
     model({"inputs": tokens, "targets": tokens}, training=False)
     return model
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+class NonFiniteLossGuard(keras.callbacks.Callback):
+    """Stops training at the first NaN or infinite loss, before the checkpoint saver can write
+    the poisoned weights: the last good checkpoint stays the latest."""
+
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self.output_dir = output_dir
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not math.isfinite(float(logs["loss_sum"])):
+            step = int(self.model.optimizer.iterations.numpy())
+            latest = tf.train.latest_checkpoint(self.output_dir)
+            raise NonFiniteLossError(
+                f"the training loss became NaN or infinite at step {step}; stopped. The last "
+                f"good checkpoint is {latest or '(none yet)'}. Lower the learning rate "
+                f"(learning_rate_constant) or lengthen the warmup, then run again.")
 
 
 class CheckpointSaver(keras.callbacks.Callback):
@@ -173,8 +200,9 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     save_run_description(output_dir, problem_name, model_name, hparams)
     strategy = choose_strategy()
     replicas = strategy.num_replicas_in_sync
+    keras.utils.set_random_seed(config.seed)
     train_data = problem.dataset("train", data_dir, hparams, training=True,
-                                 num_replicas=replicas)
+                                 num_replicas=replicas, seed=config.seed)
     dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
                                num_replicas=replicas)
     with strategy.scope():
@@ -195,17 +223,20 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
                  model_name, problem_name, step, config.train_steps, model.count_params(),
                  strategy.num_replicas_in_sync, "on" if config.jit_compile else "off")
+    batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
+    # A resumed run continues the same stream of batches where the checkpoint left it.
+    train_data = train_data.skip(step * batches_per_update)
     monitor = TrainingMonitor(output_dir, config.train_steps, config.log_every_steps,
                               LearningRateSchedule(hparams))
     trainer.fit(
         train_data,
         initial_epoch=step // config.eval_every,
         epochs=math.ceil(config.train_steps / config.eval_every),
-        steps_per_epoch=config.eval_every,
+        steps_per_epoch=config.eval_every * batches_per_update,
         validation_data=dev_data,
         validation_steps=config.eval_steps,
-        callbacks=[monitor, CheckpointSaver(manager, config.save_checkpoints_steps,
-                                            config.train_steps)],
+        callbacks=[NonFiniteLossGuard(output_dir), monitor,
+                   CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
         shuffle=False,  # the pipeline shuffles
         verbose=0)
     return model

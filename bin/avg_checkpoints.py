@@ -1,0 +1,35 @@
+"""t2t_lite-avg-checkpoints: average the model variables of the last checkpoints (paper §6.1;
+t2t's avg_checkpoints.py).
+
+  t2t_lite-avg-checkpoints --output_dir=O --num_last=5 --out=O/averaged/model.ckpt
+  t2t_lite-decoder --data_dir=D --output_dir=O --checkpoint_path=O/averaged/model.ckpt ...
+
+The paper averaged the last 5 checkpoints of the base models and the last 20 of the big ones.
+"""
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.training import averaging
+
+flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
+flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.")
+flags.DEFINE_string("out", None, "Path prefix of the averaged checkpoint.")
+flags.mark_flags_as_required(["output_dir", "out"])
+
+
+def main(argv):
+    paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
+    out_path = averaging.average_checkpoints(FLAGS.output_dir, FLAGS.num_last, FLAGS.out)
+    print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
+    for path in paths:
+        print(f"  {path}")
+    print(f"into {out_path}")
+    print(f"decode with: t2t_lite-decoder --output_dir={FLAGS.output_dir} "
+          f"--checkpoint_path={out_path} ...")
+
+
+def run():
+    common.run_main(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,132 @@
+"""Checkpoint averaging (paper §6.1): the base models were evaluated with the average of the
+last 5 checkpoints, the big models of the last 20, written at 10-minute intervals
+(tensor2tensor's `avg_checkpoints.py`).
+
+Only the model's variables are averaged; the optimizer's moments and step are left out, so the
+result is for decoding (`t2t_lite-decoder --output_dir=O --checkpoint_path=P`, which takes the
+model and hparams from O's hparams.json), not for resuming training.
+"""
+import os
+import re
+import shutil
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.training import trainer
+from t2t_lite.training.checkpoints import CheckpointError
+
+MODEL_PREFIX = "model/"
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def variable_path(key: str) -> str:
+    """The Keras path of a model variable from its checkpoint key.
+
+    `checkpoints.make_checkpoint` stores {path: variable} under "model"; TensorFlow escapes each
+    dict key's "/" as ".S" and "." as "..":
+    "model/shared_embedding.Sembeddings/.ATTRIBUTES/VARIABLE_VALUE" ->
+    "shared_embedding/embeddings".
+    """
+    escaped = key[len(MODEL_PREFIX):-len(VALUE_SUFFIX)]
+    return re.sub(r"\.([S.])", lambda match: "/" if match.group(1) == "S" else ".", escaped)
+
+
+def last_checkpoints(output_dir: str, num_last: int) -> list:
+    """The last `num_last` checkpoints the trainer's CheckpointManager lists in output_dir,
+    oldest first."""
+    if num_last < 1:
+        raise ValueError(f"the number of checkpoints to average must be at least 1, not "
+                         f"{num_last}")
+    state = tf.train.get_checkpoint_state(output_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if not paths:
+        raise CheckpointError(f"no checkpoints in {output_dir}: train first "
+                              f"(t2t_lite-trainer --output_dir={output_dir})")
+    if len(paths) < num_last:
+        raise CheckpointError(f"{output_dir} has {len(paths)} checkpoint"
+                              f"{'s' if len(paths) != 1 else ''}, fewer than the {num_last} "
+                              f"to average: {', '.join(os.path.basename(p) for p in paths)}")
+    chosen = paths[-num_last:]
+    for path in chosen:
+        if not tf.io.gfile.exists(path + ".index"):
+            raise CheckpointError(f"{path} is listed in {output_dir}/checkpoint but its files "
+                                  f"are missing")
+    return chosen
+
+
+def _model_variables(reader, checkpoint_path: str) -> dict:
+    """{key: (shape, dtype)} of the checkpoint's model variables."""
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    found = {key: (list(shape), dtypes[key]) for key, shape in shapes.items()
+             if key.startswith(MODEL_PREFIX) and key.endswith(VALUE_SUFFIX)}
+    if not found:
+        raise CheckpointError(f"{checkpoint_path} has no model variables")
+    return found
+
+
+def _step(checkpoint_path: str) -> str:
+    """The global step in a "model.ckpt-STEP" name."""
+    return checkpoint_path.rsplit("-", 1)[-1]
+
+
+def _write_atomically(values: dict, out_path: str):
+    """Writes {path: array} as a model-only checkpoint at out_path: to a temporary prefix
+    first, then renamed with the index last, so that a checkpoint whose index exists is
+    complete."""
+    directory = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = f"{out_path}.tmp-{os.getpid()}"
+    checkpoint = tf.train.Checkpoint(
+        model={path: tf.Variable(value) for path, value in values.items()})
+    # write() leaves out the save counter, which checkpoints.restore expects to match.
+    checkpoint.save_counter  # noqa: B018 (creates it)
+    checkpoint.write(temporary)
+    prefix = os.path.basename(temporary) + "."
+    suffixes = [name[len(prefix) - 1:] for name in os.listdir(directory)
+                if name.startswith(prefix)]
+    for suffix in sorted(suffixes, key=lambda suffix: suffix == ".index"):
+        os.replace(temporary + suffix, out_path + suffix)
+
+
+def _keep_run_description(output_dir: str, out_path: str):
+    """Copies output_dir's hparams.json beside the result when it goes to a folder without
+    one, so that either folder serves as the decoder's --output_dir."""
+    source = os.path.join(output_dir, trainer.HPARAMS_FILE)
+    target = os.path.join(os.path.dirname(os.path.abspath(out_path)), trainer.HPARAMS_FILE)
+    if os.path.exists(source) and not os.path.exists(target):
+        shutil.copyfile(source, target + ".tmp")
+        os.replace(target + ".tmp", target)
+
+
+def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:
+    """Writes at out_path the element-wise mean of every model variable over the last
+    `num_last` checkpoints in output_dir (paper §6.1) and returns out_path.
+
+    The checkpoints must hold the same model variables with the same shapes. Floating-point
+    variables are summed in float64 and stored in their own dtype; any other variable (none in
+    the Transformer) keeps the last checkpoint's value.
+    """
+    paths = last_checkpoints(output_dir, num_last)
+    readers = [tf.train.load_checkpoint(path) for path in paths]
+    variables = _model_variables(readers[-1], paths[-1])
+    for reader, path in zip(readers[:-1], paths[:-1]):
+        if _model_variables(reader, path) != variables:
+            raise CheckpointError(f"{path} and {paths[-1]} hold different model variables: "
+                                  f"they were written by models with other hparams")
+    averages = {}
+    for key, (_, dtype) in sorted(variables.items()):
+        if dtype.is_floating:
+            total = sum(reader.get_tensor(key).astype(np.float64) for reader in readers)
+            value = (total / len(readers)).astype(dtype.as_numpy_dtype)
+        else:
+            value = readers[-1].get_tensor(key)
+        averages[variable_path(key)] = value
+    _write_atomically(averages, out_path)
+    _keep_run_description(output_dir, out_path)
+    logging.info("averaged %d checkpoints of %s (steps %s to %s; the average stands for step "
+                 "%s) into %s", len(paths), output_dir, _step(paths[0]), _step(paths[-1]),
+                 _step(paths[-1]), out_path)
+    return out_path

@@ -1,0 +1,106 @@
+"""Checkpoint averaging (paper §6.1): the model variables of the last k checkpoints, averaged
+element by element, restore into a fresh model and load in the decoder."""
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import registry
+from t2t_lite.decoding import decoder
+from t2t_lite.training import averaging, checkpoints, trainer
+from t2t_lite.training.checkpoints import CheckpointError
+
+VOCAB_SIZE = 12
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def tiny_hparams():
+    return registry.hparams("transformer_tiny").override_from_string(
+        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+
+
+def fresh_model():
+    return trainer.build_model("transformer", tiny_hparams(), VOCAB_SIZE)
+
+
+def model_values(model):
+    return {path: weight.numpy() for path, weight in checkpoints.model_variables(model).items()}
+
+
+@pytest.fixture(scope="module")
+def output_dir(tmp_path_factory):
+    """Three checkpoints (steps 10, 20, 30) whose every weight is all 1, 2 and 6."""
+    output_dir = str(tmp_path_factory.mktemp("train"))
+    model = fresh_model()
+    optimizer = trainer.make_optimizer(tiny_hparams())
+    optimizer.build(model.trainable_variables)
+    manager = checkpoints.make_manager(output_dir, model, optimizer)
+    for step, value in ((10, 1.0), (20, 2.0), (30, 6.0)):
+        for weight in model.weights:
+            weight.assign(np.full(weight.shape, value, weight.dtype))
+        manager.save(checkpoint_number=step)
+    trainer.save_run_description(output_dir, "algorithmic_copy", "transformer", tiny_hparams())
+    return output_dir
+
+
+@pytest.mark.parametrize("num_last, mean", [(2, 4.0), (3, 3.0)])  # (2+6)/2, (1+2+6)/3
+def test_average_restores_the_mean(output_dir, tmp_path, num_last, mean):
+    out = averaging.average_checkpoints(output_dir, num_last, str(tmp_path / "avg" / "model.ckpt"))
+    model = fresh_model()
+    checkpoints.restore(out, model)
+    values = model_values(model)
+    assert len(values) == 35
+    for path, value in values.items():
+        np.testing.assert_allclose(value, np.full(value.shape, mean), err_msg=path)
+
+
+def test_average_holds_only_the_model(output_dir, tmp_path):
+    out = averaging.average_checkpoints(output_dir, 2, str(tmp_path / "model.ckpt"))
+    keys = tf.train.load_checkpoint(out).get_variable_to_shape_map()
+    stored = {averaging.variable_path(key) for key in keys if key.startswith("model/")}
+    assert stored == set(model_values(fresh_model()))
+    assert not any(key.startswith("optimizer/") for key in keys)
+    assert not [name for name in os.listdir(tmp_path) if ".tmp" in name]
+    assert os.path.exists(tmp_path / "hparams.json")  # the decoder's --output_dir works here
+
+
+def test_variable_path_unescapes_the_key():
+    key = "model/transformer.Sencoder_layer_0.Sa..b/.ATTRIBUTES/VARIABLE_VALUE"
+    assert averaging.variable_path(key) == "transformer/encoder_layer_0/a.b"
+
+
+def test_too_few_or_no_checkpoints(output_dir, tmp_path):
+    with pytest.raises(CheckpointError, match=rf"{output_dir} has 3 checkpoints, fewer than "
+                                              rf"the 4 to average: model.ckpt-10"):
+        averaging.average_checkpoints(output_dir, 4, str(tmp_path / "model.ckpt"))
+    with pytest.raises(CheckpointError, match=f"no checkpoints in {tmp_path}"):
+        averaging.average_checkpoints(str(tmp_path), 1, str(tmp_path / "model.ckpt"))
+    assert not os.path.exists(tmp_path / "model.ckpt.index")
+
+
+def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
+    out = str(tmp_path / "averaged.ckpt")
+    command = [sys.executable, "-m", "t2t_lite.bin.avg_checkpoints",
+               f"--output_dir={output_dir}", "--num_last=2", f"--out={out}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "averaged 2 checkpoints" in result.stdout
+    assert "model.ckpt-20" in result.stdout and "model.ckpt-30" in result.stdout
+    assert f"into {out}" in result.stdout
+
+    run = decoder.saved_run(output_dir)
+    keras.backend.clear_session()
+    model = decoder.load_model(run["model"], run["hparams"], VOCAB_SIZE, output_dir,
+                               checkpoint_path=out)
+    for path, value in model_values(model).items():
+        np.testing.assert_allclose(value, np.full(value.shape, 4.0), err_msg=path)
+
+    failed = subprocess.run(command[:3] + [f"--output_dir={output_dir}", "--num_last=9",
+                                           f"--out={out}"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert failed.returncode == 2
+    assert f"error: {output_dir} has 3 checkpoints, fewer than the 9" in failed.stderr

@@ -1,0 +1,88 @@
+"""A training run killed with SIGKILL resumes where its last checkpoint left it, with the same
+loss an uninterrupted run has at that step; a NaN loss stops training and keeps the last good
+checkpoint."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import registry
+
+HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
+           "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=20,"
+           "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    problem = registry.problem("algorithmic_copy")
+    problem.num_samples = {"train": 3000, "dev": 100, "test": 10}
+    data = str(tmp_path_factory.mktemp("data"))
+    problem.generate_data(data, data)
+    return data
+
+
+def trainer_command(data_dir, output_dir, steps, hparams=HPARAMS):
+    return [sys.executable, "-m", "t2t_lite.bin.trainer", "--problem=algorithmic_copy",
+            "--hparams_set=transformer_tiny", f"--hparams={hparams}", f"--data_dir={data_dir}",
+            f"--output_dir={output_dir}", f"--train_steps={steps}", "--eval_every=1000",
+            "--eval_steps=1", "--save_checkpoints_steps=10", "--log_every_steps=1"]
+
+
+def losses_by_step(output):
+    return {int(step): float(loss)
+            for step, loss in re.findall(r"step (\d+)/\d+ +loss ([\d.]+)", output)}
+
+
+def run(command):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(data_dir, tmp_path):
+    code, uninterrupted = run(trainer_command(data_dir, tmp_path / "straight", 40))
+    assert code == 0, uninterrupted
+    reference = losses_by_step(uninterrupted)
+
+    output_dir = tmp_path / "killed"
+    process = subprocess.Popen(trainer_command(data_dir, output_dir, 40),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (output_dir / "model.ckpt-20.index").exists():
+        assert process.poll() is None and time.time() < deadline, "no checkpoint 20"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    code, resumed = run(trainer_command(data_dir, output_dir, 40))
+    assert code == 0, resumed
+    start = int(re.search(r"resuming from \S+model\.ckpt-(\d+)", resumed).group(1))
+    assert 20 <= start < 40 and f"from step {start} to 40" in resumed
+    after = losses_by_step(resumed)
+    assert min(after) == start + 1  # the step counter continues, it does not restart
+    for step in range(start + 1, 41):
+        assert after[step] == pytest.approx(reference[step], rel=1e-4, abs=1e-5), step
+
+
+def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+    output_dir = tmp_path / "diverged"
+    code, out = run(trainer_command(data_dir, output_dir, 10))
+    assert code == 0, out
+    code, out = run(trainer_command(data_dir, output_dir, 40,
+                                    HPARAMS + ",learning_rate_constant=1e30"))
+    assert code == 2, out
+    assert "error: the training loss became NaN or infinite at step" in out
+    assert "model.ckpt-10" in out.split("error:")[-1]
+    latest = tf.train.latest_checkpoint(str(output_dir))
+    assert latest.endswith("model.ckpt-10")
+    reader = tf.train.load_checkpoint(latest)
+    for key in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(key)
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            assert np.all(np.isfinite(value)), key
