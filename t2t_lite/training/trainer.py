@@ -84,11 +84,15 @@ class TrainingModel(keras.Model):
         self.loss_sum.update_state(loss_sum)
         self.target_tokens.update_state(tokens)
         self.correct_tokens.update_state(correct)
-        tokens_so_far = tf.maximum(self.target_tokens.result(), 1.0)
-        return {"loss": self.loss_sum.result() / tokens_so_far,
-                "accuracy": self.correct_tokens.result() / tokens_so_far,
-                "loss_sum": self.loss_sum.result(),
-                "target_tokens": self.target_tokens.result()}
+        totals = [metric.result() for metric in self.metrics]
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            # Each replica holds its own sums; Keras would average the replicas' ratios.
+            totals = replica_context.all_reduce("sum", totals)
+        loss_sum, tokens_so_far, correct_so_far = totals
+        return {"loss": loss_sum / tf.maximum(tokens_so_far, 1.0),
+                "accuracy": correct_so_far / tf.maximum(tokens_so_far, 1.0),
+                "loss_sum": loss_sum, "target_tokens": tokens_so_far}
 
     def train_step(self, features):
         global_tokens = tf.reduce_sum(losses.target_weights(features["targets"]))
