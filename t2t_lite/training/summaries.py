@@ -20,8 +20,9 @@ def format_duration(seconds: float) -> str:
 
 class TrainingMonitor(keras.callbacks.Callback):
     """Every `log_every_steps` updates: a line with step, loss, learning rate, target tokens per
-    second, steps per second and time left, and the same numbers in TensorBoard. After each
-    evaluation: dev loss and dev token accuracy."""
+    second, steps per second and time left, and the same numbers (with the padding share of the
+    batches since the epoch began) in TensorBoard. After each evaluation: dev loss and dev token
+    accuracy."""
 
     def __init__(self, output_dir: str, train_steps: int, log_every_steps: int, learning_rate):
         super().__init__()
@@ -60,6 +61,7 @@ class TrainingMonitor(keras.callbacks.Callback):
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("target_tokens_per_second", tokens_per_second)
             tf.summary.scalar("steps_per_second", steps_per_second)
+            tf.summary.scalar("padding_fraction", float(logs["padding_fraction"]))
         self._last = (step, now, loss_sum, tokens)
 
     def on_epoch_end(self, epoch, logs=None):

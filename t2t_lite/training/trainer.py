@@ -54,6 +54,8 @@ class TrainingModel(keras.Model):
         self.loss_sum = keras.metrics.Sum(name="loss_sum")
         self.target_tokens = keras.metrics.Sum(name="target_tokens")
         self.correct_tokens = keras.metrics.Sum(name="correct_tokens")
+        self.padded_tokens = keras.metrics.Sum(name="padded_tokens")  # positions incl. padding
+        self.real_tokens = keras.metrics.Sum(name="real_tokens")
         self._gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile,
                                      reduce_retracing=True)
         self._evaluate = tf.function(self._loss_and_counts, jit_compile=jit_compile,
@@ -61,7 +63,8 @@ class TrainingModel(keras.Model):
 
     @property
     def metrics(self):
-        return [self.loss_sum, self.target_tokens, self.correct_tokens]
+        return [self.loss_sum, self.target_tokens, self.correct_tokens, self.padded_tokens,
+                self.real_tokens]
 
     def call(self, features, training=False):
         return self.model(features, training=training)
@@ -80,19 +83,23 @@ class TrainingModel(keras.Model):
         gradients = tape.gradient(loss, self.model.trainable_variables)
         return loss_sum, tokens, correct, gradients
 
-    def _update_metrics(self, loss_sum, tokens, correct):
+    def _update_metrics(self, features, loss_sum, tokens, correct):
         self.loss_sum.update_state(loss_sum)
         self.target_tokens.update_state(tokens)
         self.correct_tokens.update_state(correct)
+        for ids in (features["inputs"], features["targets"]):
+            self.padded_tokens.update_state(tf.cast(tf.size(ids), tf.float32))
+            self.real_tokens.update_state(tf.reduce_sum(losses.target_weights(ids)))
         totals = [metric.result() for metric in self.metrics]
         replica_context = tf.distribute.get_replica_context()
         if replica_context is not None and replica_context.num_replicas_in_sync > 1:
             # Each replica holds its own sums; Keras would average the replicas' ratios.
             totals = replica_context.all_reduce("sum", totals)
-        loss_sum, tokens_so_far, correct_so_far = totals
+        loss_sum, tokens_so_far, correct_so_far, padded, real = totals
         return {"loss": loss_sum / tf.maximum(tokens_so_far, 1.0),
                 "accuracy": correct_so_far / tf.maximum(tokens_so_far, 1.0),
-                "loss_sum": loss_sum, "target_tokens": tokens_so_far}
+                "loss_sum": loss_sum, "target_tokens": tokens_so_far,
+                "padding_fraction": 1.0 - real / tf.maximum(padded, 1.0)}
 
     def train_step(self, features):
         global_tokens = tf.reduce_sum(losses.target_weights(features["targets"]))
@@ -103,10 +110,10 @@ class TrainingModel(keras.Model):
         if self.hparams.clip_grad_norm:
             gradients, _ = tf.clip_by_global_norm(gradients, self.hparams.clip_grad_norm)
         self.optimizer.apply(gradients, self.model.trainable_variables)
-        return self._update_metrics(loss_sum, tokens, correct)
+        return self._update_metrics(features, loss_sum, tokens, correct)
 
     def test_step(self, features):
-        return self._update_metrics(*self._evaluate(features))
+        return self._update_metrics(features, *self._evaluate(features))
 
 
 def make_optimizer(hparams):

@@ -1,0 +1,33 @@
+"""XLA compiles once per batch shape, and the input pipeline makes one shape per length bucket:
+over an epoch of many batches the per-replica step is traced a bounded number of times."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from t2t_lite import registry
+from t2t_lite.data import pipeline, records
+from t2t_lite.training import trainer
+
+
+def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
+    rng = np.random.default_rng(0)
+    examples = ({"inputs": rng.integers(2, 12, size=n).tolist() + [1],
+                 "targets": rng.integers(2, 12, size=n).tolist() + [1]}
+                for n in rng.integers(1, 30, size=1500))
+    records.write_shards(examples, records.shard_paths(str(tmp_path), "toy-train", 2))
+    hparams = registry.hparams("transformer_tiny").override_from_string(
+        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=128,"
+        "max_length=32,length_bucket_step=1.5")
+    boundaries = pipeline.bucket_boundaries(32, 8, 1.5) + [32]
+    dataset = pipeline.batched_dataset(str(tmp_path / "toy-train-*"), hparams, training=True,
+                                       seed=3).take(60)
+    shapes = {tuple(batch["targets"].shape) for batch in dataset}
+    assert len(shapes) <= len(boundaries)
+
+    model = trainer.build_model("transformer", hparams, 12)
+    training = trainer.TrainingModel(model, hparams, jit_compile=True)
+    training.compile(optimizer=trainer.make_optimizer(hparams), jit_compile=False)
+    training.fit(dataset, epochs=1, steps_per_epoch=60, verbose=0, shuffle=False)
+    # reduce_retracing: after the first shapes the trace is shape-generic; XLA compiles per shape.
+    assert training._gradients.experimental_get_tracing_count() <= 3
+    assert keras.ops.convert_to_numpy(training.optimizer.iterations) == 60
