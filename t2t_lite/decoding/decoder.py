@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.data import text_files
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import greedy_search
 from t2t_lite.hparams_lib import HParams
@@ -96,20 +97,11 @@ class DecodeHParams:
 
 
 def read_lines(path: str) -> list:
-    """The lines of a UTF-8 file (or stdin for None), without their line ends."""
+    """The lines of a UTF-8 file (or stdin for None), without their line ends; invalid UTF-8 is
+    an error naming the file and the line."""
     if path is None:
-        return [line.rstrip("\n") for line in sys.stdin]
-    with open(path, "rb") as handle:
-        raw_lines = handle.read().split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path}, line {number}: invalid UTF-8 ({error.reason})") from None
-    return lines
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    return list(text_files.read_lines(path))
 
 
 def write_lines(path: str, lines: list):
