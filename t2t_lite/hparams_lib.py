@@ -18,6 +18,7 @@ LEARNING_RATE_FACTORS = (
 )
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
+MIXED_PRECISION = ("float32", "bfloat16", "float16")
 
 
 class HParamsError(ValueError):
@@ -66,6 +67,9 @@ class HParams:
     # Gradients of this many batches are averaged into one update (t2t's MultistepAdam), so
     # that the paper's 25,000-token batches fit on one device; the schedule counts updates.
     optimizer_multistep_accumulate_steps: int = 1
+    # --- Precision: the compute dtype of the layers. Weights, softmax, layer-norm statistics
+    # and the loss stay float32; float16 adds dynamic loss scaling. ---
+    mixed_precision: str = "float32"
     # --- Input pipeline (t2t's data_reader) ---
     batch_size: int = 4096                   # tokens per batch (longest of source and target)
     max_length: int = 256                    # training drops longer examples
@@ -92,6 +96,7 @@ class HParams:
                 raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
                                    f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
         check.one_of("timing_signal", TIMING_SIGNALS)
+        check.one_of("mixed_precision", MIXED_PRECISION)
         for factor in self.learning_rate_schedule:
             if factor not in LEARNING_RATE_FACTORS:
                 raise HParamsError(f"learning_rate_schedule: unknown factor {factor!r}; "

@@ -79,7 +79,7 @@ class TrainingModel(keras.Model):
     def _loss_and_gradients(self, features, global_tokens):
         with tf.GradientTape() as tape:
             loss_sum, tokens, correct = self._loss_and_counts(features, training=True)
-            loss = loss_sum / tf.maximum(global_tokens, 1.0)
+            loss = self.optimizer.scale_loss(loss_sum / tf.maximum(global_tokens, 1.0))
         gradients = tape.gradient(loss, self.model.trainable_variables)
         return loss_sum, tokens, correct, gradients
 
@@ -119,14 +119,19 @@ class TrainingModel(keras.Model):
 def make_optimizer(hparams):
     """Adam (paper §5.3) with t2t's betas and epsilon and the hparams' schedule; with
     optimizer_multistep_accumulate_steps = K > 1, Keras' gradient accumulation averages the
-    gradients of K batches into one update (`optimizer.iterations` counts updates)."""
+    gradients of K batches into one update (`optimizer.iterations` counts updates); dynamic
+    loss scaling around it for float16."""
     accumulate = hparams.optimizer_multistep_accumulate_steps
-    return keras.optimizers.Adam(
+    optimizer = keras.optimizers.Adam(
         learning_rate=LearningRateSchedule(hparams),
         beta_1=hparams.optimizer_adam_beta1,
         beta_2=hparams.optimizer_adam_beta2,
         epsilon=hparams.optimizer_adam_epsilon,
         gradient_accumulation_steps=accumulate if accumulate > 1 else None)
+    if hparams.mixed_precision == "float16":
+        # float16 gradients underflow without it; bfloat16 has float32's range.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
 
 
 def choose_strategy():
@@ -138,10 +143,17 @@ def choose_strategy():
 
 
 def build_model(model_name: str, hparams, vocab_size: int):
-    """The registered model with its variables created (by a call on a tiny batch)."""
-    model = registry.model(model_name)(hparams, vocab_size)
-    tokens = tf.ones([1, 2], tf.int32)
-    model({"inputs": tokens, "targets": tokens}, training=False)
+    """The registered model with its variables created (by a call on a tiny batch), its layers
+    computing in hparams.mixed_precision with float32 weights."""
+    previous_policy = keras.config.dtype_policy()
+    if hparams.mixed_precision != "float32":
+        keras.config.set_dtype_policy(f"mixed_{hparams.mixed_precision}")
+    try:
+        model = registry.model(model_name)(hparams, vocab_size)
+        tokens = tf.ones([1, 2], tf.int32)
+        model({"inputs": tokens, "targets": tokens}, training=False)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
     return model
 
 
