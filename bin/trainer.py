@@ -5,6 +5,8 @@
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite import registry
+from t2t_lite.decoding.dev_bleu import DevBleu
 from t2t_lite.training import trainer
 
 common.define_problem_flags()
@@ -21,6 +23,8 @@ flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
                      "Updates between progress lines and TensorBoard points.")
 flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile, "Compile the training step with XLA.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the weights, dropout and batch order.")
+flags.DEFINE_integer("eval_bleu_sentences", 100,
+                     "Dev sentences decoded for sacreBLEU at each evaluation (0: none).")
 flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
@@ -30,8 +34,12 @@ def main(argv):
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
         jit_compile=FLAGS.jit_compile, seed=FLAGS.seed)
+    callbacks = []
+    if FLAGS.eval_bleu_sentences:
+        callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,
+                                 FLAGS.output_dir, FLAGS.eval_bleu_sentences))
     trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
-                  FLAGS.output_dir, config)
+                  FLAGS.output_dir, config, callbacks)
 
 
 def run():

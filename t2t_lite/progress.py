@@ -6,10 +6,11 @@ import tqdm
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int = None, unit: str = "lines"):
+def progress_bar(description: str, total: int = None, unit: str = "lines",
+                 disable: bool = False):
     """A tqdm bar on stderr that redraws at most once a second (readable in CI logs too)."""
     bar = tqdm.tqdm(total=total, desc=description, unit=unit, file=sys.stderr,
-                    mininterval=1.0, dynamic_ncols=True)
+                    mininterval=1.0, dynamic_ncols=True, disable=disable)
     try:
         yield bar
     finally:

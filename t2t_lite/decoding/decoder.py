@@ -59,11 +59,12 @@ class Translator:
         self.extra_length = extra_length
         self._search = tf.function(greedy_search, reduce_retracing=True)
 
-    def translate(self, lines: list) -> list:
+    def translate(self, lines: list, show_progress: bool = True) -> list:
         encoded = [self.encoders["inputs"].encode(line) + [EOS_ID] for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
         outputs = [None] * len(lines)
-        with progress_bar("decoding", total=len(lines), unit="sentences") as bar:
+        with progress_bar("decoding", total=len(lines), unit="sentences",
+                          disable=not show_progress) as bar:
             for start in range(0, len(order), self.batch_size):
                 indices = order[start:start + self.batch_size]
                 batch = keras.utils.pad_sequences(

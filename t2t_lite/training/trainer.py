@@ -216,8 +216,9 @@ def save_run_description(output_dir, problem_name, model_name, hparams):
 
 
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-          config: RunConfig = RunConfig()):
-    """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint."""
+          config: RunConfig = RunConfig(), callbacks=()):
+    """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint.
+    `callbacks` (Keras callbacks, e.g. dev BLEU) run after each evaluation with the others."""
     problem = registry.problem(problem_name)
     os.makedirs(output_dir, exist_ok=True)
     save_run_description(output_dir, problem_name, model_name, hparams)
@@ -258,7 +259,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         steps_per_epoch=config.eval_every * batches_per_update,
         validation_data=dev_data,
         validation_steps=config.eval_steps,
-        callbacks=[NonFiniteLossGuard(output_dir), monitor,
+        callbacks=[NonFiniteLossGuard(output_dir), monitor, *callbacks,
                    CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
         shuffle=False,  # the pipeline shuffles
         verbose=0)

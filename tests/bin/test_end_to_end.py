@@ -34,7 +34,8 @@ def train(data_dir, output_dir, steps, *extra):
     return run("trainer", "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
                f"--hparams={SMALL}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
                f"--train_steps={steps}", "--eval_every=20", "--eval_steps=2",
-               "--save_checkpoints_steps=20", "--log_every_steps=10", *extra)
+               "--save_checkpoints_steps=20", "--log_every_steps=10", "--eval_bleu_sentences=8",
+               *extra)
 
 
 def test_train_resume_and_decode(data_dir, tmp_path):
@@ -42,6 +43,7 @@ def test_train_resume_and_decode(data_dir, tmp_path):
     first = train(data_dir, output_dir, 20)
     assert re.search(r"step 10/20 +loss [\d.]+ +lr [\d.e-]+ +\d+ target tok/s", first)
     assert "dev loss" in first and "model.ckpt-20" in first
+    assert re.search(r"step 20  dev BLEU = [\d.]+ .*8 sentences; nrefs:1\|", first)
     assert os.listdir(os.path.join(output_dir, "train"))  # TensorBoard events
 
     second = train(data_dir, output_dir, 40)

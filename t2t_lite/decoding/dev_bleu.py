@@ -1,0 +1,45 @@
+"""sacreBLEU on a dev subset during training, decoded by the current model.
+
+tensor2tensor reported `approx_bleu` on subword ids, which users mistook for real BLEU; this
+callback decodes the first dev sentences to text with the same Translator the decoder uses and
+scores them with sacreBLEU against the detokenized references, after every evaluation.
+"""
+import os
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.data import pipeline
+from t2t_lite.data.problem import DEV
+from t2t_lite.decoding.decoder import Translator, score
+
+
+class DevBleu(keras.callbacks.Callback):
+    """After each evaluation: greedy translations of the first `num_sentences` dev sentences,
+    their sacreBLEU in the log and as `bleu` under `output_dir/eval` in TensorBoard."""
+
+    def __init__(self, problem, data_dir: str, output_dir: str, num_sentences: int = 100):
+        super().__init__()
+        self.encoders = problem.feature_encoders(data_dir)
+        examples = pipeline.read_examples(problem.filepattern(data_dir, DEV),
+                                          shuffle_files=False).take(num_sentences)
+        pairs = [(self.encoders["inputs"].decode(example["inputs"]),
+                  self.encoders["targets"].decode(example["targets"]))
+                 for example in examples.as_numpy_iterator()]
+        self.sources = [source for source, _ in pairs]
+        self.references = [reference for _, reference in pairs]
+        self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
+        self.translator = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.translator is None:
+            self.translator = Translator(self.model.model, self.encoders)
+        hypotheses = self.translator.translate(self.sources, show_progress=False)
+        scores = score(hypotheses, self.references)
+        step = int(self.model.optimizer.iterations.numpy())
+        logging.info("step %d  dev %s (greedy, %d sentences; %s)", step, scores["bleu_text"],
+                     len(self.sources), scores["bleu_signature"])
+        with self.writer.as_default(step=step):
+            tf.summary.scalar("bleu", scores["bleu"])
+        self.writer.flush()
