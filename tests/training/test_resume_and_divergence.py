@@ -40,6 +40,14 @@ def losses_by_step(output):
             for step, loss in re.findall(r"step (\d+)/\d+ +loss ([\d.]+)", output)}
 
 
+def recorded_checkpoints(output_dir):
+    """The checkpoint state file (written after a checkpoint's files are complete)."""
+    try:
+        return (output_dir / "checkpoint").read_text()
+    except OSError:
+        return ""
+
+
 def run(command):
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout + result.stderr
@@ -54,7 +62,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(data_dir, tmp_path):
     process = subprocess.Popen(trainer_command(data_dir, output_dir, 40),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (output_dir / "model.ckpt-20.index").exists():
+    while "model.ckpt-20" not in recorded_checkpoints(output_dir):
         assert process.poll() is None and time.time() < deadline, "no checkpoint 20"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
