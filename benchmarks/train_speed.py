@@ -1,0 +1,199 @@
+"""Training speed on translate_multi30k_deen, with XLA and without, and model FLOPs utilisation.
+
+  python benchmarks/train_speed.py --data_dir=D [--hparams_set=transformer_small] [--steps=60]
+
+Each mode trains a fresh model as the trainer does (TrainingModel, forward/backward XLA-compiled
+or not) with Keras `fit` on the real training batches, timing each step. XLA compiles once per
+padded batch shape: steps with a new shape count in "compile s" (time - median step time), not in
+the rates (medians over windows of --window timed steps of real tokens, or steps, per second).
+
+MFU = model FLOP/s / matmul FLOP/s, by the 6 · parameters · tokens estimate (2 FLOPs forward and
+4 backward per weight and token), each token counting the parameters it passes through:
+  model FLOP/s = 6 · (N_src · S + (N_tgt + d · V) · T)
+S, T: real source and target tokens/s; N_src: the encoder and the key/value projections of the
+encoder-decoder attention; N_tgt: the rest of the decoder; d · V: the pre-softmax projection.
+Embedding lookups, attention scores (QK^T, weights·V) and padding count nothing. Matmul rate: the
+better of eager and XLA tf.matmul of 2048x2048 float32, median of runs before and after training.
+"""
+import json
+import os
+import re
+import statistics
+import time
+
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags, registry
+
+import keras  # noqa: E402  (after common: its quiet start)
+import tensorflow as tf  # noqa: E402
+from absl import logging  # noqa: E402
+
+from t2t_lite.training import trainer  # noqa: E402
+
+DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
+PROBLEM = "translate_multi30k_deen"
+
+flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords (generated if absent).")
+flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
+flags.DEFINE_string("hparams_set", "transformer_small", "Registered hparams set.")
+flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
+flags.DEFINE_integer("steps", 60, "Timed training steps per mode.")
+flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per mode before the timed ones.")
+flags.DEFINE_integer("window", 10, "Steps per timing window.")
+flags.DEFINE_list("modes", ["xla", "no_xla"], "xla: forward/backward under jit_compile; no_xla.")
+flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
+flags.mark_flags_as_required(["data_dir"])
+flags.register_validator("modes", lambda modes: set(modes) <= {"xla", "no_xla"}, "xla or no_xla")
+
+
+class CountingTrainingModel(trainer.TrainingModel):
+    """The trainer's TrainingModel; its logs also carry this batch's token counts and shape."""
+
+    def train_step(self, features):
+        logs = super().train_step(features)
+        for name in ("inputs", "targets"):
+            logs[f"{name}_real"] = tf.math.count_nonzero(features[name])
+            logs[f"{name}_tensor"] = tf.size(features[name])
+        logs["shape"] = tf.concat([tf.shape(features["inputs"]), tf.shape(features["targets"])], 0)
+        return logs
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Each step's logs and seconds; the clock stops once the step's logs are read."""
+
+    def on_train_begin(self, logs=None):
+        self.steps, self.start = [], 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = {key: keras.ops.convert_to_numpy(value).tolist() for key, value in logs.items()}
+        self.steps.append({**step, "seconds": time.perf_counter() - self.start})
+
+
+def parameter_counts(model):
+    """{"source_side": N_src, "target_side": N_tgt, "embedding": ...}, as in the docstring."""
+    counts = {"source_side": 0, "target_side": 0, "embedding": 0}
+    for variable in model.trainable_variables:
+        path = variable.path  # e.g. transformer/decoder_layer_0/self_attention/query/kernel
+        source = path.split("/")[1].startswith("encoder_") or any(
+            f"encoder_decoder_attention/{name}/" in path for name in ("key", "value"))
+        group = "source_side" if source else "target_side"
+        counts["embedding" if path.endswith("/embeddings") else group] += int(tf.size(variable))
+    return counts
+
+
+def matmul_gflops(jit, runs=10, n=2048):
+    a, b = tf.random.uniform([n, n], seed=1), tf.random.uniform([n, n], seed=2)
+    matmul = tf.function(tf.linalg.matmul, jit_compile=True) if jit else tf.linalg.matmul
+    rates = []
+    for _ in range(runs + 1):  # the first run compiles and warms the caches
+        start = time.perf_counter()
+        matmul(a, b)[0, 0].numpy()
+        rates.append(2 * n**3 / (time.perf_counter() - start) / 1e9)
+    return rates[1:]
+
+
+def run_mode(mode, problem, hparams, vocab_size):
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(1)
+    model = trainer.build_model("transformer", hparams, vocab_size)
+    training_model = CountingTrainingModel(model, hparams, jit_compile=(mode == "xla"))
+    training_model.compile(optimizer=trainer.make_optimizer(hparams), jit_compile=False)
+    timer = StepTimer()
+    training_model.fit(problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1),
+                       epochs=1, steps_per_epoch=FLAGS.warmup_steps + FLAGS.steps,
+                       callbacks=[timer], shuffle=False, verbose=0)
+    steps, seen = timer.steps, set()
+    for step in steps:
+        step["new_shape"] = tuple(step["shape"]) not in seen
+        seen.add(tuple(step["shape"]))
+    timed = steps[FLAGS.warmup_steps:]
+    steady = [step for step in timed if not step["new_shape"]]
+    if not steady:
+        raise ValueError("every timed step had a new batch shape: use more --steps")
+    typical = statistics.median(step["seconds"] for step in steps if not step["new_shape"])
+    size = min(FLAGS.window, len(steady))
+    windows = [steady[i:i + size] for i in range(0, len(steady) - size + 1, size)]
+
+    def rate(value):
+        return statistics.median(sum(map(value, w)) / sum(s["seconds"] for s in w) for w in windows)
+
+    real = sum(s["inputs_real"] + s["targets_real"] for s in timed)
+    return model, {
+        "target_tokens_per_s": rate(lambda s: s["targets_real"]),
+        "source_tokens_per_s": rate(lambda s: s["inputs_real"]),
+        "steps_per_s": rate(lambda s: 1),
+        "padding_fraction": 1 - real / sum(s["inputs_tensor"] + s["targets_tensor"] for s in timed),
+        "warmup_seconds": sum(step["seconds"] for step in steps[:FLAGS.warmup_steps]),
+        "compile_seconds": sum(s["seconds"] - typical for s in steps if s["new_shape"]),
+        "distinct_shapes": len(seen), "new_shapes_in_timed_steps": len(timed) - len(steady),
+        "windows": len(windows), "window_steps": size, "median_step_seconds": typical,
+        "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape")} for s in steps]}
+
+
+def machine():
+    with open("/proc/cpuinfo", encoding="utf-8") as cpu, open("/proc/meminfo") as memory:
+        cpu, memory_kb = cpu.read(), re.search(r"MemTotal:\s*(\d+)", memory.read()).group(1)
+    return {"cpu": re.search(r"model name\s*: (.*)", cpu).group(1), "cores": os.cpu_count(),
+            "avx512f": " avx512f" in cpu, "memory_gb": round(int(memory_kb) / 2**20, 1),
+            "tensorflow": tf.__version__, "keras": keras.__version__}
+
+
+def print_table(result, peak):
+    m, p, modes, gflops = (result[k] for k in ("machine", "parameters", "modes", "matmul_gflops"))
+    print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
+          f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.warmup_steps} warm-up + {FLAGS.steps} "
+          f"timed steps a mode; fp32 matmul 2048^2: {gflops['eager']:.0f} GFLOP/s eager, "
+          f"{gflops['xla']:.0f} XLA")
+    header = (f"{'mode':<7} {'target tok/s':>12} {'source tok/s':>12} {'steps/s':>8} "
+              f"{'padding':>8} {'warm-up s':>9} {'compile s':>9} {'shapes':>6} {'MFU':>6}")
+    print(header + "\n" + "-" * len(header))
+    for mode, s in modes.items():
+        print(f"{mode:<7} {s['target_tokens_per_s']:>12.0f} {s['source_tokens_per_s']:>12.0f} "
+              f"{s['steps_per_s']:>8.2f} {100 * s['padding_fraction']:>7.1f}% "
+              f"{s['warmup_seconds']:>9.1f} {s['compile_seconds']:>9.1f} "
+              f"{s['distinct_shapes']:>6d} {100 * s['mfu']:>5.1f}%")
+    if "xla_speedup" in result:
+        print(f"XLA / no XLA (target tokens/s): {result['xla_speedup']:.2f}")
+    print(f"tokens: non-pad; rates: median over windows of {FLAGS.window} timed steps without a "
+          f"new batch shape; shapes: distinct padded batch shapes (XLA compiles each once)\n"
+          f"MFU = 6 * ({p['source_side']:,} * source tok/s + ({p['target_side']:,} + "
+          f"{p['softmax_d_times_v']:,}) * target tok/s) / {peak / 1e9:.0f} GFLOP/s "
+          f"(encoder; decoder + softmax; attention scores and embedding lookups not counted)")
+
+
+def main(unused_argv):
+    problem = registry.problem(PROBLEM)
+    problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
+    hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
+    result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
+              "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps, "window": FLAGS.window,
+              "machine": {**machine(), "load_average_at_start": os.getloadavg()}, "modes": {}}
+    matmuls = {name: matmul_gflops(name == "xla") for name in ("eager", "xla")}
+    for mode in FLAGS.modes:
+        logging.info("mode %s: %d + %d steps", mode, FLAGS.warmup_steps, FLAGS.steps)
+        model, result["modes"][mode] = run_mode(mode, problem, hparams, vocab_size)
+    result["matmul_gflops"] = {name: statistics.median(rates + matmul_gflops(name == "xla"))
+                               for name, rates in matmuls.items()}  # before and after training
+    peak = max(result["matmul_gflops"].values()) * 1e9
+    p = result["parameters"] = {**parameter_counts(model), "total": model.count_params(),
+                                "softmax_d_times_v": hparams.hidden_size * vocab_size}
+    for stats in result["modes"].values():
+        stats["model_flops_per_s"] = 6 * (p["source_side"] * stats["source_tokens_per_s"] + (
+            p["target_side"] + p["softmax_d_times_v"]) * stats["target_tokens_per_s"])
+        stats["mfu"] = stats["model_flops_per_s"] / peak
+    if {"xla", "no_xla"} <= set(result["modes"]):
+        result["xla_speedup"] = (result["modes"]["xla"]["target_tokens_per_s"]
+                                 / result["modes"]["no_xla"]["target_tokens_per_s"])
+    result["machine"]["load_average_at_end"] = os.getloadavg()  # 1, 5, 15 min
+    print_table(result, peak)
+    if FLAGS.output_json:
+        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {FLAGS.output_json}")
+
+
+if __name__ == "__main__":
+    common.run_main(main)
