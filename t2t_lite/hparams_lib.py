@@ -120,6 +120,12 @@ class HParams:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, values: dict) -> "HParams":
+        """Inverse of to_dict, also after a JSON round trip turned tuples into lists."""
+        return cls(**{name: tuple(value) if isinstance(value, list) else value
+                      for name, value in values.items()})
+
 
 class _Checker:
     def __init__(self, hparams):

@@ -67,3 +67,9 @@ def test_paper_and_updated_defaults():
     small = registry.hparams("transformer_small")
     assert (small.hidden_size, small.filter_size, small.num_heads, small.num_hidden_layers,
             small.max_length) == (256, 1024, 4, 3, 100)
+
+
+def test_from_dict_inverts_to_dict_after_json():
+    import json
+    hparams = registry.hparams("transformer_base_v1").replace(num_hidden_layers=2)
+    assert HParams.from_dict(json.loads(json.dumps(hparams.to_dict()))) == hparams

@@ -30,9 +30,7 @@ def saved_run(output_dir: str) -> dict:
         return {}
     with open(path) as handle:
         description = json.load(handle)
-    values = description["hparams"]
-    values["learning_rate_schedule"] = tuple(values["learning_rate_schedule"])
-    description["hparams"] = HParams(**values)
+    description["hparams"] = HParams.from_dict(description["hparams"])
     return description
 
 

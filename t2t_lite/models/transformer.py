@@ -26,12 +26,6 @@ def shift_right(targets):
     return ops.pad(targets, [[0, 0], [1, 0]])[:, :-1]
 
 
-def hparams_from_dict(values):
-    """Inverse of HParams.to_dict, also after a JSON round trip turned tuples into lists."""
-    return HParams(**{name: tuple(value) if isinstance(value, list) else value
-                      for name, value in values.items()})
-
-
 class _TransformerLayer(keras.layers.Layer):
     """Shared plumbing of the encoder and decoder layers: hparams config and sublayer factories."""
 
@@ -66,7 +60,7 @@ class _TransformerLayer(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        return cls(hparams_from_dict(config.pop("hparams")), **config)
+        return cls(HParams.from_dict(config.pop("hparams")), **config)
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -257,5 +251,5 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        hparams = hparams_from_dict(config.pop("hparams"))
+        hparams = HParams.from_dict(config.pop("hparams"))
         return cls(hparams, config.pop("vocab_size"), **config)

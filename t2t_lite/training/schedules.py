@@ -12,6 +12,8 @@ advances once per applied update, not once per batch.
 import keras
 import tensorflow as tf
 
+from t2t_lite.hparams_lib import HParams
+
 
 def learning_rate_factor(name: str, step, hparams):
     warmup = tf.cast(hparams.learning_rate_warmup_steps, tf.float32)
@@ -55,7 +57,4 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     @classmethod
     def from_config(cls, config):
-        from t2t_lite.hparams_lib import HParams
-        hparams = dict(config["hparams"])
-        hparams["learning_rate_schedule"] = tuple(hparams["learning_rate_schedule"])
-        return cls(HParams(**hparams))
+        return cls(HParams.from_dict(config["hparams"]))
