@@ -2,8 +2,8 @@
 
   python benchmarks/train_speed.py --data_dir=D [--hparams_set=transformer_small] [--steps=60]
 
-Each mode trains a fresh model as the trainer does (TrainingModel, forward/backward XLA-compiled
-or not) with Keras `fit` on the real training batches, timing each step. XLA compiles once per
+Each mode trains a fresh model as the trainer does (TrainingSteps, forward/backward XLA-compiled
+or not) on the real training batches, timing each step. XLA compiles once per
 padded batch shape: steps with a new shape count in "compile s" (time - median step time), not in
 the rates (medians over windows of --window timed steps of real tokens, or steps, per second).
 
@@ -28,6 +28,7 @@ import keras  # noqa: E402  (after common: its quiet start)
 import tensorflow as tf  # noqa: E402
 
 from t2t_lite.training import trainer  # noqa: E402
+from t2t_lite.training.step import TrainingSteps  # noqa: E402
 
 DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 PROBLEM = "translate_multi30k_deen"
@@ -43,31 +44,6 @@ flags.DEFINE_list("modes", ["xla", "no_xla"], "xla: forward/backward under jit_c
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= {"xla", "no_xla"}, "xla or no_xla")
-
-
-class CountingTrainingModel(trainer.TrainingModel):
-    """The trainer's TrainingModel; its logs also carry the batch's shape and token counts."""
-
-    def train_step(self, features):
-        inputs, targets = features["inputs"], features["targets"]
-        return {**super().train_step(features), "shape": tf.shape(inputs),
-                "inputs_real": tf.math.count_nonzero(inputs),
-                "targets_real": tf.math.count_nonzero(targets),
-                "tensor": tf.size(inputs) + tf.size(targets)}
-
-
-class StepTimer(keras.callbacks.Callback):
-    """Each step's logs and seconds; the clock stops once the step's logs are read."""
-
-    def on_train_begin(self, logs=None):
-        self.steps, self.start = [], 0.0
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = {key: keras.ops.convert_to_numpy(value).tolist() for key, value in logs.items()}
-        self.steps.append({**step, "seconds": time.perf_counter() - self.start})
 
 
 def parameter_counts(model):
@@ -93,17 +69,31 @@ def matmul_gflops(jit, runs=10, n=2048):
     return rates[1:]
 
 
+def timed_steps(training_steps, dataset, count):
+    """Each step's shape, real source and target tokens, all positions, and seconds; the clock
+    stops once the step's counts are read back."""
+    steps = []
+    for batch in dataset.take(count):
+        start = time.perf_counter()
+        counts = {name: float(value) for name, value in training_steps.train_step(batch).items()}
+        seconds = time.perf_counter() - start
+        steps.append({"shape": list(batch["inputs"].shape), "seconds": seconds,
+                      "targets_real": counts["target_tokens"],
+                      "inputs_real": counts["real_tokens"] - counts["target_tokens"],
+                      "tensor": counts["padded_tokens"]})
+    return steps
+
+
 def run_mode(mode, problem, hparams, vocab_size):
     keras.backend.clear_session()
     keras.utils.set_random_seed(1)
     model = trainer.build_model("transformer", hparams, vocab_size)
-    training_model = CountingTrainingModel(model, hparams, jit_compile=(mode == "xla"))
-    training_model.compile(optimizer=trainer.make_optimizer(hparams), jit_compile=False)
-    timer = StepTimer()
-    training_model.fit(problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1),
-                       epochs=1, steps_per_epoch=FLAGS.warmup_steps + FLAGS.steps,
-                       callbacks=[timer], shuffle=False, verbose=0)
-    steps, seen = timer.steps, set()
+    training_steps = TrainingSteps(model, trainer.make_optimizer(hparams), hparams,
+                                   jit_compile=(mode == "xla"))
+    steps = timed_steps(training_steps,
+                        problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1),
+                        FLAGS.warmup_steps + FLAGS.steps)
+    seen = set()
     for step in steps:
         step["new_shape"] = tuple(step["shape"]) not in seen
         seen.add(tuple(step["shape"]))

@@ -7,7 +7,7 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 from t2t_lite import registry
 from t2t_lite.decoding.dev_bleu import DevBleu
-from t2t_lite.training import trainer
+from t2t_lite.training import distribution, trainer
 
 common.define_problem_flags()
 common.define_model_flags()
@@ -23,23 +23,29 @@ flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
                      "Updates between progress lines and TensorBoard points.")
 flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile, "Compile the training step with XLA.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the weights, dropout and batch order.")
+flags.DEFINE_list("devices", list(_DEFAULTS.devices),
+                  "Devices to mirror the model over, e.g. GPU:0,GPU:1 (default: every GPU, else "
+                  "the CPU). With a TF_CONFIG naming several workers, one process per worker "
+                  "trains with MultiWorkerMirroredStrategy instead.")
 flags.DEFINE_integer("eval_bleu_sentences", 100,
                      "Dev sentences decoded for sacreBLEU at each evaluation (0: none).")
 flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
 def main(argv):
+    # First: the multi-worker strategy must be made before any other TensorFlow work.
+    strategy = distribution.choose_strategy(FLAGS.devices)
     config = trainer.RunConfig(
         train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
-        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed)
+        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices))
     callbacks = []
-    if FLAGS.eval_bleu_sentences:
+    if FLAGS.eval_bleu_sentences and distribution.is_chief(strategy):
         callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,
                                  FLAGS.output_dir, FLAGS.eval_bleu_sentences))
     trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
-                  FLAGS.output_dir, config, callbacks)
+                  FLAGS.output_dir, config, callbacks, strategy)
 
 
 def run():

@@ -1,4 +1,36 @@
 """Test settings: quiet TensorFlow, and the shared Multi30k folder when it is there."""
 import os
+import socket
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@pytest.fixture
+def free_ports():
+    """A function returning n TCP ports on 127.0.0.1 that were free a moment ago (for the
+    workers of a multi-worker TF_CONFIG)."""
+    def pick(count: int) -> list:
+        sockets = [socket.socket() for _ in range(count)]
+        try:
+            for sock in sockets:
+                sock.bind(("127.0.0.1", 0))
+            return [sock.getsockname()[1] for sock in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+    return pick
+
+
+@pytest.fixture(scope="session")
+def copy_task_data(tmp_path_factory):
+    """A function generating algorithmic_copy records of the given sizes into a new folder."""
+    def generate(train: int, dev: int, test: int = 10) -> str:
+        from t2t_lite import registry
+        problem = registry.problem("algorithmic_copy")
+        problem.num_samples = {"train": train, "dev": dev, "test": test}
+        data = str(tmp_path_factory.mktemp("copy_data"))
+        problem.generate_data(data, data)
+        return data
+    return generate

@@ -24,13 +24,15 @@ class TrainingMonitor(keras.callbacks.Callback):
     batches since the epoch began) in TensorBoard. After each evaluation: dev loss and dev token
     accuracy."""
 
-    def __init__(self, output_dir: str, train_steps: int, log_every_steps: int, learning_rate):
+    def __init__(self, output_dir, train_steps: int, log_every_steps: int, learning_rate):
         super().__init__()
         self.train_steps = train_steps
         self.log_every_steps = log_every_steps
         self.learning_rate = learning_rate
-        self.train_writer = tf.summary.create_file_writer(os.path.join(output_dir, "train"))
-        self.eval_writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
+        self.train_writer, self.eval_writer = (
+            [tf.summary.create_file_writer(os.path.join(output_dir, name))
+             for name in ("train", "eval")] if output_dir
+            else [tf.summary.create_noop_writer()] * 2)  # not the chief: progress lines only
         self._last = None  # (step, time, loss_sum, tokens) at the last line
 
     def _step(self) -> int:

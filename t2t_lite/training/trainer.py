@@ -1,5 +1,6 @@
-"""Training: Keras `fit` of a registered model on a problem's batches under a tf.distribute
-strategy, with XLA, checkpoints in `output_dir`, periodic dev evaluation and resumption.
+"""Training: the loop that steps a registered model through a problem's batches under a
+tf.distribute strategy (see step.py for one step), with XLA, checkpoints in `output_dir`,
+periodic dev evaluation, Keras callbacks and resumption.
 
 The objective is tensor2tensor's: label-smoothed cross entropy summed over real target tokens
 and divided by their number; Adam with the hparams' learning-rate schedule (paper §5.3).
@@ -7,6 +8,7 @@ Running again with the same `output_dir` restores the latest checkpoint (weights
 moments and step) and continues to `train_steps`.
 """
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -16,8 +18,9 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.training import checkpoints, losses
+from t2t_lite.training import checkpoints, distribution
 from t2t_lite.training.schedules import LearningRateSchedule
+from t2t_lite.training.step import COUNTS, TrainingSteps
 from t2t_lite.training.summaries import TrainingMonitor
 
 HPARAMS_FILE = "hparams.json"
@@ -34,86 +37,7 @@ class RunConfig:
     log_every_steps: int = 100
     jit_compile: bool = True            # XLA; Keras' "auto" would turn it off on CPU
     seed: int = 1                       # weights, dropout and the order of training batches
-
-
-class TrainingModel(keras.Model):
-    """Wraps a model with t2t's loss so that `fit` and `evaluate` optimise and report it.
-
-    Each replica's forward and backward pass is one XLA-compiled function; Keras' own
-    `jit_compile` stays off because it compiles the whole step, optimizer included, which fails
-    under MirroredStrategy ("Trying to access resource ... located in device CPU:1"). The loss
-    is divided by the token count of the global batch, so that the summed replica gradients are
-    the gradient of the per-token mean. The logs carry running sums (loss over tokens, tokens,
-    correct tokens) so that losses and accuracies are token-weighted.
-    """
-
-    def __init__(self, model, hparams, jit_compile: bool = True, **kwargs):
-        super().__init__(**kwargs)
-        self.model = model
-        self.hparams = hparams
-        self.loss_sum = keras.metrics.Sum(name="loss_sum")
-        self.target_tokens = keras.metrics.Sum(name="target_tokens")
-        self.correct_tokens = keras.metrics.Sum(name="correct_tokens")
-        self.padded_tokens = keras.metrics.Sum(name="padded_tokens")  # positions incl. padding
-        self.real_tokens = keras.metrics.Sum(name="real_tokens")
-        self._gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile,
-                                     reduce_retracing=True)
-        self._evaluate = tf.function(self._loss_and_counts, jit_compile=jit_compile,
-                                    reduce_retracing=True)
-
-    @property
-    def metrics(self):
-        return [self.loss_sum, self.target_tokens, self.correct_tokens, self.padded_tokens,
-                self.real_tokens]
-
-    def call(self, features, training=False):
-        return self.model(features, training=training)
-
-    def _loss_and_counts(self, features, training=False):
-        logits = self.model(features, training=training)
-        targets = features["targets"]
-        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
-                                                      self.hparams.label_smoothing)
-        return loss_sum, tokens, losses.correct_tokens(logits, targets)
-
-    def _loss_and_gradients(self, features, global_tokens):
-        with tf.GradientTape() as tape:
-            loss_sum, tokens, correct = self._loss_and_counts(features, training=True)
-            loss = self.optimizer.scale_loss(loss_sum / tf.maximum(global_tokens, 1.0))
-        gradients = tape.gradient(loss, self.model.trainable_variables)
-        return loss_sum, tokens, correct, gradients
-
-    def _update_metrics(self, features, loss_sum, tokens, correct):
-        self.loss_sum.update_state(loss_sum)
-        self.target_tokens.update_state(tokens)
-        self.correct_tokens.update_state(correct)
-        for ids in (features["inputs"], features["targets"]):
-            self.padded_tokens.update_state(tf.cast(tf.size(ids), tf.float32))
-            self.real_tokens.update_state(tf.reduce_sum(losses.target_weights(ids)))
-        totals = [metric.result() for metric in self.metrics]
-        replica_context = tf.distribute.get_replica_context()
-        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
-            # Each replica holds its own sums; Keras would average the replicas' ratios.
-            totals = replica_context.all_reduce("sum", totals)
-        loss_sum, tokens_so_far, correct_so_far, padded, real = totals
-        return {"loss": loss_sum / tf.maximum(tokens_so_far, 1.0),
-                "accuracy": correct_so_far / tf.maximum(tokens_so_far, 1.0),
-                "loss_sum": loss_sum, "target_tokens": tokens_so_far,
-                "padding_fraction": 1.0 - real / tf.maximum(padded, 1.0)}
-
-    def train_step(self, features):
-        global_tokens = tf.reduce_sum(losses.target_weights(features["targets"]))
-        replica_context = tf.distribute.get_replica_context()
-        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
-            global_tokens = replica_context.all_reduce("sum", global_tokens)
-        loss_sum, tokens, correct, gradients = self._gradients(features, global_tokens)
-        if self.hparams.clip_grad_norm:
-            gradients, _ = tf.clip_by_global_norm(gradients, self.hparams.clip_grad_norm)
-        self.optimizer.apply(gradients, self.model.trainable_variables)
-        return self._update_metrics(features, loss_sum, tokens, correct)
-
-    def test_step(self, features):
-        return self._update_metrics(features, *self._evaluate(features))
+    devices: tuple = ()                 # MirroredStrategy devices; () = every GPU, else CPU
 
 
 def make_optimizer(hparams):
@@ -132,14 +56,6 @@ def make_optimizer(hparams):
         # float16 gradients underflow without it; bfloat16 has float32's range.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
-
-
-def choose_strategy():
-    """MirroredStrategy over all GPUs (or logical CPUs) when there are several, else default."""
-    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    if len(devices) > 1:
-        return tf.distribute.MirroredStrategy([device.name for device in devices])
-    return tf.distribute.get_strategy()
 
 
 def build_model(model_name: str, hparams, vocab_size: int):
@@ -215,14 +131,76 @@ def save_run_description(output_dir, problem_name, model_name, hparams):
     os.replace(path + ".tmp", path)
 
 
+
+
+def token_weighted_logs(totals: dict) -> dict:
+    """Keras-style logs from summed counts: loss and accuracy per real target token, and the
+    padding share of all positions in the batches (both features)."""
+    tokens = max(totals["target_tokens"], 1.0)
+    return {"loss": totals["loss_sum"] / tokens, "accuracy": totals["correct_tokens"] / tokens,
+            "loss_sum": totals["loss_sum"], "target_tokens": totals["target_tokens"],
+            "padding_fraction": 1.0 - totals["real_tokens"] / max(totals["padded_tokens"], 1.0)}
+
+
+def add_counts(totals: dict, counts: dict) -> dict:
+    return {name: totals[name] + float(counts[name]) for name in COUNTS}
+
+
+def evaluate(steps: TrainingSteps, batches, num_batches: int) -> dict:
+    """Token-weighted dev loss and accuracy over the first `num_batches` distributed batches
+    (the same batches at every evaluation)."""
+    totals = dict.fromkeys(COUNTS, 0.0)
+    for batch in itertools.islice(iter(batches), num_batches):
+        totals = add_counts(totals, steps.eval_step(batch))
+    return token_weighted_logs(totals)
+
+
+def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig,
+             callbacks: list, batches_per_update: int = 1):
+    """Steps through `train_batches` (distributed, repeated) until the optimizer has made
+    `config.train_steps` updates or a callback stops training. As with Keras `fit`, callbacks
+    see a batch end after every batch (logs with the running sums since the last evaluation)
+    and an epoch end every `config.eval_every` updates, with the dev loss and accuracy as
+    val_loss and val_accuracy."""
+    callback_list = keras.callbacks.CallbackList(list(callbacks), model=steps)
+    iterations = steps.optimizer.iterations
+    step = int(iterations.numpy())
+    logs = {}
+    callback_list.on_train_begin()
+    iterator = iter(train_batches)
+    while step < config.train_steps and not steps.stop_training:
+        epoch = step // config.eval_every
+        epoch_end = min((epoch + 1) * config.eval_every, config.train_steps)
+        callback_list.on_epoch_begin(epoch)
+        totals = dict.fromkeys(COUNTS, 0.0)
+        batch_index = 0
+        while step < epoch_end and not steps.stop_training:
+            callback_list.on_train_batch_begin(batch_index)
+            for _ in range(batches_per_update):
+                totals = add_counts(totals, steps.train_step(next(iterator)))
+            logs = token_weighted_logs(totals)
+            callback_list.on_train_batch_end(batch_index, logs)
+            batch_index += 1
+            step = int(iterations.numpy())
+        if dev_batches is not None and config.eval_steps:
+            dev_logs = evaluate(steps, dev_batches, config.eval_steps)
+            logs = {**logs, "val_loss": dev_logs["loss"], "val_accuracy": dev_logs["accuracy"]}
+        callback_list.on_epoch_end(epoch, logs)
+    callback_list.on_train_end(logs)
+    return logs
+
+
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-          config: RunConfig = RunConfig(), callbacks=()):
+          config: RunConfig = RunConfig(), callbacks=(), strategy=None):
     """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint.
-    `callbacks` (Keras callbacks, e.g. dev BLEU) run after each evaluation with the others."""
+    `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
+    `strategy` defaults to distribution.choose_strategy(config.devices)."""
     problem = registry.problem(problem_name)
-    os.makedirs(output_dir, exist_ok=True)
-    save_run_description(output_dir, problem_name, model_name, hparams)
-    strategy = choose_strategy()
+    strategy = strategy or distribution.choose_strategy(list(config.devices))
+    chief = distribution.is_chief(strategy)
+    if chief:
+        os.makedirs(output_dir, exist_ok=True)
+        save_run_description(output_dir, problem_name, model_name, hparams)
     replicas = strategy.num_replicas_in_sync
     keras.utils.set_random_seed(config.seed)
     train_data = problem.dataset("train", data_dir, hparams, training=True,
@@ -233,34 +211,28 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         model = build_model(model_name, hparams, problem.vocab_size(data_dir))
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
-        manager = checkpoints.make_manager(output_dir, model, optimizer,
-                                           config.keep_checkpoint_max)
-        if manager.latest_checkpoint:
-            checkpoints.restore(manager.latest_checkpoint, model, optimizer)
-            logging.info("resuming from %s", manager.latest_checkpoint)
-        trainer = TrainingModel(model, hparams, jit_compile=config.jit_compile)
-        trainer.compile(optimizer=optimizer, jit_compile=False)
+        latest = tf.train.latest_checkpoint(output_dir)
+        if latest:
+            checkpoints.restore(latest, model, optimizer)
+            logging.info("resuming from %s", latest)
+    steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=config.jit_compile)
     step = int(optimizer.iterations.numpy())
     if step >= config.train_steps:
         logging.info("already trained %d of %d steps", step, config.train_steps)
         return model
     logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
                  model_name, problem_name, step, config.train_steps, model.count_params(),
-                 strategy.num_replicas_in_sync, "on" if config.jit_compile else "off")
+                 replicas, "on" if config.jit_compile else "off")
     batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
     # A resumed run continues the same stream of batches where the checkpoint left it.
     train_data = train_data.skip(step * batches_per_update)
-    monitor = TrainingMonitor(output_dir, config.train_steps, config.log_every_steps,
-                              LearningRateSchedule(hparams))
-    trainer.fit(
-        train_data,
-        initial_epoch=step // config.eval_every,
-        epochs=math.ceil(config.train_steps / config.eval_every),
-        steps_per_epoch=config.eval_every * batches_per_update,
-        validation_data=dev_data,
-        validation_steps=config.eval_steps,
-        callbacks=[NonFiniteLossGuard(output_dir), monitor, *callbacks,
-                   CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
-        shuffle=False,  # the pipeline shuffles
-        verbose=0)
+    monitor = TrainingMonitor(output_dir if chief else None, config.train_steps,
+                              config.log_every_steps, LearningRateSchedule(hparams))
+    with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
+        manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
+                                           config.keep_checkpoint_max)
+        run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
+                 [NonFiniteLossGuard(output_dir), monitor, *(callbacks if chief else ()),
+                  CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
+                 batches_per_update)
     return model

@@ -7,6 +7,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data import pipeline, records
 from t2t_lite.training import trainer
+from t2t_lite.training.step import TrainingSteps
 
 
 def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
@@ -25,9 +26,10 @@ def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
     assert len(shapes) <= len(boundaries)
 
     model = trainer.build_model("transformer", hparams, 12)
-    training = trainer.TrainingModel(model, hparams, jit_compile=True)
-    training.compile(optimizer=trainer.make_optimizer(hparams), jit_compile=False)
-    training.fit(dataset, epochs=1, steps_per_epoch=60, verbose=0, shuffle=False)
+    steps = TrainingSteps(model, trainer.make_optimizer(hparams), hparams, jit_compile=True)
+    for batch in steps.distribute(dataset):
+        steps.train_step(batch)
     # reduce_retracing: after the first shapes the trace is shape-generic; XLA compiles per shape.
-    assert training._gradients.experimental_get_tracing_count() <= 3
-    assert keras.ops.convert_to_numpy(training.optimizer.iterations) == 60
+    assert steps.replica_gradients.experimental_get_tracing_count() <= 3
+    assert steps._train_step.experimental_get_tracing_count() <= 3
+    assert keras.ops.convert_to_numpy(steps.optimizer.iterations) == 60

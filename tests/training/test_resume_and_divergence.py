@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import registry
 
 HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
            "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=20,"
@@ -20,12 +19,8 @@ HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    problem = registry.problem("algorithmic_copy")
-    problem.num_samples = {"train": 3000, "dev": 100, "test": 10}
-    data = str(tmp_path_factory.mktemp("data"))
-    problem.generate_data(data, data)
-    return data
+def data_dir(copy_task_data):
+    return copy_task_data(3000, 100)
 
 
 def trainer_command(data_dir, output_dir, steps, hparams=HPARAMS):

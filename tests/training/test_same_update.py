@@ -2,6 +2,7 @@
 logical CPUs, loss normalised by the global token count), and as one batch or as two halves
 with gradient accumulation."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,14 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    if sys.argv[1] != "worker":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
     from t2t_lite import registry
     from t2t_lite.training import checkpoints, trainer
+    from t2t_lite.training.step import TrainingSteps
 
     HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,"
                "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0,"
@@ -36,21 +40,21 @@ SCRIPT = textwrap.dedent("""
         with strategy.scope():
             model = trainer.build_model("transformer", hparams, 12)
             optimizer = trainer.make_optimizer(hparams)
-            training = trainer.TrainingModel(model, hparams, jit_compile=True)
-            training.compile(optimizer=optimizer, jit_compile=False)
+        steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=True)
         data = tf.data.Dataset.from_tensor_slices(
             {"inputs": np.stack([b[0] for b in batches]),
              "targets": np.stack([b[1] for b in batches])})
-        history = training.fit(data, epochs=1, steps_per_epoch=len(batches), verbose=0,
-                               shuffle=False)
+        counts = [steps.train_step(batch) for batch in steps.distribute(data)]
         weights = {path: v.numpy().tolist()
                    for path, v in checkpoints.model_variables(model).items()}
-        return {"loss": float(history.history["loss"][-1]), "weights": weights,
-                "updates": int(optimizer.iterations.numpy())}
+        return {"loss": float(counts[-1]["loss_sum"] / counts[-1]["target_tokens"]),
+                "weights": weights, "updates": int(optimizer.iterations.numpy())}
 
     case = sys.argv[1]
     if case == "one_replica":
         result = one_update(tf.distribute.OneDeviceStrategy("/cpu:0"), 1, [(inputs, targets)])
+    elif case == "worker":  # one of two processes named by TF_CONFIG, one replica each
+        result = one_update(tf.distribute.MultiWorkerMirroredStrategy(), 1, [(inputs, targets)])
     elif case == "two_replicas":
         result = one_update(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 1,
                             [(inputs, targets)])
@@ -65,12 +69,33 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def parse_result(returncode, stdout, stderr):
+    assert returncode == 0, stdout + stderr
+    line = [l for l in stdout.splitlines() if l.startswith("RESULT")][-1]
+    return json.loads(line[len("RESULT"):])
+
+
 def run_case(case):
     result = subprocess.run([sys.executable, "-c", SCRIPT, case], capture_output=True,
                             text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    line = [l for l in result.stdout.splitlines() if l.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
+    return parse_result(result.returncode, result.stdout, result.stderr)
+
+
+def run_two_workers(ports):
+    """The "worker" case in two processes on 127.0.0.1, one TF_CONFIG task each."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen([sys.executable, "-c", SCRIPT, "worker"], env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True))
+    results = []
+    for worker in workers:
+        stdout, stderr = worker.communicate(timeout=600)
+        results.append(parse_result(worker.returncode, stdout, stderr))
+    return results
 
 
 def assert_same_weights(a, b):
@@ -84,6 +109,14 @@ def test_one_step_on_one_and_two_replicas_is_the_same():
     assert one["updates"] == two["updates"] == 1
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert_same_weights(one["weights"], two["weights"])
+
+
+def test_one_step_on_two_worker_processes_is_the_same_as_on_one_replica(free_ports):
+    one = run_case("one_replica")
+    for worker in run_two_workers(free_ports(2)):
+        assert worker["updates"] == 1
+        assert worker["loss"] == pytest.approx(one["loss"], rel=1e-5)
+        assert_same_weights(one["weights"], worker["weights"])
 
 
 def test_accumulating_two_halves_equals_one_batch_twice_as_large():

@@ -1,0 +1,121 @@
+"""One training or evaluation step of a model under any tf.distribute strategy, with XLA.
+
+The arrangement that compiles each replica's step with XLA under MirroredStrategy and
+MultiWorkerMirroredStrategy alike (Keras 3 `fit` supports neither: keras-team/keras#20585, and
+`fit(jit_compile=True)` over two CPU devices fails with "Trying to access resource ... located
+in device CPU:1 from device CPU:0"):
+
+1. In cross-replica context, the non-pad target tokens of the global batch are counted
+   (tensor2tensor divides the summed loss by them, so the result does not depend on how the
+   batch is split between replicas).
+2. Each replica runs a plain Python function that calls one XLA-compiled function: forward
+   pass, label-smoothed loss over the global token count, gradients.
+3. The replicas' gradients are summed in one batched all-reduce, clipped, and applied once by the
+   optimizer in cross-replica context; the optimizer updates every copy of each variable.
+
+Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
+positions) reduced over replicas, from which the caller forms token-weighted averages.
+"""
+import tensorflow as tf
+
+from t2t_lite.training import losses
+
+SUM = tf.distribute.ReduceOp.SUM
+COUNTS = ("loss_sum", "target_tokens", "correct_tokens", "padded_tokens", "real_tokens")
+
+
+class TrainingSteps:
+    """A model, its optimizer and the strategy whose scope created them, as step functions.
+
+    `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
+    return {name: scalar tensor} for the names in COUNTS. `model`, `optimizer` and
+    `stop_training` make this object the `model` that Keras callbacks see.
+    """
+
+    def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
+        self.model = model
+        self.optimizer = optimizer
+        self.hparams = hparams
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.stop_training = False
+        if not optimizer.built:  # its slots must be created in the strategy's scope
+            with self.strategy.scope():
+                optimizer.build(model.trainable_variables)
+        # reduce_retracing: after the first few shapes the trace is shape-generic, and XLA
+        # compiles once per concrete batch shape (one per length bucket).
+        self.replica_gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile,
+                                             reduce_retracing=True)
+        self.replica_counts = tf.function(self._counts, jit_compile=jit_compile,
+                                          reduce_retracing=True)
+        self._train_step = tf.function(self._distributed_train_step, reduce_retracing=True)
+        self._eval_step = tf.function(self._distributed_eval_step, reduce_retracing=True)
+
+    def distribute(self, dataset: tf.data.Dataset):
+        """Splits every global batch between the replicas. Across workers each worker reads
+        the whole (identically seeded) stream and keeps its own share of each batch, so that
+        two workers of one replica see the batches two local replicas would."""
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA)
+        return self.strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+    def train_step(self, batch) -> dict:
+        return self._train_step(batch)
+
+    def eval_step(self, batch) -> dict:
+        return self._eval_step(batch)
+
+    # --- Per replica (compiled) ---------------------------------------------------------------
+
+    def _counts(self, features, training=False):
+        logits = self.model(features, training=training)
+        targets = features["targets"]
+        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
+                                                      self.hparams.label_smoothing)
+        padded = real = 0.0
+        for ids in (features["inputs"], features["targets"]):
+            padded += tf.cast(tf.size(ids), tf.float32)
+            real += tf.reduce_sum(losses.target_weights(ids))
+        return {"loss_sum": loss_sum, "target_tokens": tokens,
+                "correct_tokens": losses.correct_tokens(logits, targets),
+                "padded_tokens": padded, "real_tokens": real}
+
+    def _loss_and_gradients(self, features, global_tokens):
+        with tf.GradientTape() as tape:
+            counts = self._counts(features, training=True)
+            loss = self.optimizer.scale_loss(counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
+        return counts, tape.gradient(loss, self.model.trainable_variables)
+
+    # --- Across replicas ------------------------------------------------------------------------
+
+    def _distributed_train_step(self, batch):
+        strategy = self.strategy
+        tokens = strategy.run(lambda features: tf.reduce_sum(
+            losses.target_weights(features["targets"])), args=(batch,))
+        global_tokens = self._sum_over_replicas(tokens)
+        # A Python function around the compiled one: strategy.run of the XLA function itself
+        # fails to reach the second device's variables.
+        counts, gradients = strategy.run(
+            lambda features, tokens: self.replica_gradients(features, tokens),
+            args=(batch, global_tokens))
+        gradients = self._sum_over_replicas(gradients)
+        if self.hparams.clip_grad_norm:
+            gradients, _ = tf.clip_by_global_norm(gradients, self.hparams.clip_grad_norm)
+        self.optimizer.apply(gradients, self.model.trainable_variables)
+        return self._sum_over_replicas(counts)
+
+    def _distributed_eval_step(self, batch):
+        counts = self.strategy.run(lambda features: self.replica_counts(features),
+                                   args=(batch,))
+        return self._sum_over_replicas(counts)
+
+    def _sum_over_replicas(self, values):
+        """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched
+        all-reduce; the result is the first local replica's copy."""
+        if self.strategy.num_replicas_in_sync == 1:
+            return tf.nest.map_structure(
+                lambda value: self.strategy.experimental_local_results(value)[0], values)
+        flat = tf.nest.flatten(values)
+        summed = self.strategy.extended.batch_reduce_to(SUM, [(value, value) for value in flat])
+        return tf.nest.pack_sequence_as(
+            values, [self.strategy.experimental_local_results(value)[0] for value in summed])
