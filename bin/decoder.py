@@ -3,10 +3,16 @@
   t2t_lite-decoder --problem=algorithmic_copy --data_dir=D --output_dir=O \
       --decode_from_file=IN --decode_to_file=OUT --score_reference=REF
 
-The model and hparams default to those the trainer recorded in --output_dir.
+The model and hparams default to those the trainer recorded in --output_dir. With
+--attention_dir it also draws the attention of the first --attention_sentences lines and their
+translations (t2t_lite.visualize).
 """
+from itertools import islice
+
+from t2t_lite import registry, visualize
 from t2t_lite.bin import common
-from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.bin.common import FLAGS, flags, logging
+from t2t_lite.data import text_files
 from t2t_lite.decoding import decoder
 from t2t_lite.hparams_lib import parse_overrides
 
@@ -17,11 +23,34 @@ flags.DEFINE_string("decode_from_file", None, "Sentences to translate (default: 
 flags.DEFINE_string("decode_to_file", None, "Where to write translations (default: stdout).")
 flags.DEFINE_string("score_reference", None,
                     "Reference translations: print exact-match accuracy and sacreBLEU.")
-flags.DEFINE_string("decode_hparams", "", 'e.g. "batch_size=32,extra_length=50".')
+flags.DEFINE_string("decode_hparams", "", 'e.g. "beam_size=4,alpha=0.6,batch_size=32" (the '
+                    'defaults; beam_size=1 is greedy; also extra_length, use_cache, jit_compile).')
+flags.DEFINE_string("attention_dir", None,
+                    "Write attention heatmaps (PNG) of the first --attention_sentences "
+                    "translations here; needs --decode_from_file and --decode_to_file.")
+flags.DEFINE_integer("attention_sentences", 5, "How many sentences --attention_dir draws.",
+                     lower_bound=1)
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
+def write_attention_pictures(problem_name, model_name, hparams):
+    """Draws the first input lines with the translations just written to --decode_to_file."""
+    problem = registry.problem(problem_name)
+    encoders = problem.feature_encoders(FLAGS.data_dir)
+    model = decoder.load_model(model_name, hparams, problem.vocab_size(FLAGS.data_dir),
+                               FLAGS.output_dir, FLAGS.checkpoint_path)
+    count = FLAGS.attention_sentences
+    sentences = list(islice(zip(text_files.read_lines(FLAGS.decode_from_file),
+                                text_files.read_lines(FLAGS.decode_to_file)), count))
+    paths = visualize.write_attention_pictures(model, encoders, sentences, FLAGS.attention_dir)
+    logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
+                 len(paths), FLAGS.attention_dir)
+
+
 def main(argv):
+    if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
+        raise ValueError("--attention_dir needs --decode_from_file and --decode_to_file (it "
+                         "draws the first input lines with their translations)")
     run = decoder.saved_run(FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
@@ -31,9 +60,12 @@ def main(argv):
         raise ValueError("--hparams_set is required (no hparams.json in --output_dir)")
     defaults = decoder.DecodeHParams()
     decode_hparams = defaults.__class__(**parse_overrides(FLAGS.decode_hparams, defaults))
-    decoder.decode_from_file(problem, run.get("model", FLAGS.model), hparams, FLAGS.data_dir,
-                             FLAGS.output_dir, FLAGS.decode_from_file, FLAGS.decode_to_file,
+    model_name = run.get("model", FLAGS.model)
+    decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
+                             FLAGS.decode_from_file, FLAGS.decode_to_file,
                              FLAGS.score_reference, decode_hparams, FLAGS.checkpoint_path)
+    if FLAGS.attention_dir:
+        write_attention_pictures(problem, model_name, hparams)
 
 
 def run():

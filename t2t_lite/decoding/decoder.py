@@ -14,9 +14,8 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.data import text_files
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.decoding.search import greedy_search
+from t2t_lite.decoding.search import beam_search, greedy_search
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.training import checkpoints, trainer
 from t2t_lite.training.checkpoints import CheckpointError
@@ -48,31 +47,76 @@ def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
 
 
 class Translator:
-    """Text in, text out: encode, batch, search, decode."""
+    """Text in, text out: encode, batch by length, search, decode.
 
-    def __init__(self, model, encoders: dict, batch_size: int = 32, extra_length: int = 50):
+    Lines are sorted by length into batches of `batch_size` (less padding) and the results put
+    back in input order. Every batch is padded to `batch_size` rows and its length rounded up
+    to a multiple of LENGTH_MULTIPLE, so the XLA-compiled search compiles for a few shapes only.
+    No line stops the others: an empty line gives an empty translation, a line the vocabulary
+    cannot encode gives an empty translation and a warning naming it, and a line longer than
+    `max_input_length` tokens is cut to that length (with EOS) with a warning.
+    """
+
+    LENGTH_MULTIPLE = 16
+
+    def __init__(self, model, encoders: dict, decode_hparams: "DecodeHParams" = None,
+                 max_input_length: int = None, source_name: str = "input"):
         self.model = model
         self.encoders = encoders
-        self.batch_size = batch_size
-        self.extra_length = extra_length
-        self._search = tf.function(greedy_search, reduce_retracing=True)
+        self.decode_hparams = decode_hparams or DecodeHParams()
+        self.max_input_length = max_input_length
+        self.source_name = source_name
+        self._search = tf.function(self._search_batch, reduce_retracing=True,
+                                   jit_compile=self.decode_hparams.jit_compile)
+
+    def _search_batch(self, inputs):
+        hp = self.decode_hparams
+        if hp.beam_size > 1:
+            return beam_search(self.model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
+                               hp.use_cache)
+        return greedy_search(self.model, inputs, hp.extra_length, hp.use_cache)
+
+    def encode(self, number: int, line: str):
+        """Source ids ending with EOS, or None for a line that gets an empty translation."""
+        if not line.strip():
+            return None
+        try:
+            ids = self.encoders["inputs"].encode(line)
+        except ValueError as error:
+            logging.warning("%s line %d not translated: %s", self.source_name, number, error)
+            return None
+        if self.max_input_length and len(ids) + 1 > self.max_input_length:
+            logging.warning("%s line %d: %d characters, %d tokens; cut to max_length=%d tokens",
+                            self.source_name, number, len(line), len(ids) + 1,
+                            self.max_input_length)
+            ids = ids[:self.max_input_length - 1]
+        return ids + [EOS_ID]
 
     def translate(self, lines: list, show_progress: bool = True) -> list:
-        encoded = [self.encoders["inputs"].encode(line) + [EOS_ID] for line in lines]
-        order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
-        outputs = [None] * len(lines)
-        with progress_bar("decoding", total=len(lines), unit="sentences",
+        return self.translate_with_scores(lines, show_progress)[0]
+
+    def translate_with_scores(self, lines: list, show_progress: bool = True):
+        """(translations, scores): beam scores (log probability / length penalty) or greedy
+        log probabilities; None for lines not translated."""
+        encoded = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
+        todo = sorted((i for i, ids in enumerate(encoded) if ids is not None),
+                      key=lambda i: len(encoded[i]))
+        outputs, scores = [""] * len(lines), [None] * len(lines)
+        batch_size = self.decode_hparams.batch_size
+        with progress_bar("decoding", total=len(todo), unit="sentences",
                           disable=not show_progress) as bar:
-            for start in range(0, len(order), self.batch_size):
-                indices = order[start:start + self.batch_size]
-                batch = keras.utils.pad_sequences(
-                    [encoded[i] for i in indices], padding="post", value=0)
-                ids = self._search(self.model, tf.constant(batch, tf.int32),
-                                   self.extra_length).numpy()
-                for index, row in zip(indices, ids):
+            for start in range(0, len(todo), batch_size):
+                indices = todo[start:start + batch_size]
+                rows = [encoded[i] for i in indices]
+                rows += [[EOS_ID]] * (batch_size - len(rows))  # fixed batch shape
+                length = -(-max(map(len, rows)) // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
+                batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
+                ids, batch_scores = self._search(tf.constant(batch, tf.int32))
+                for index, row, row_score in zip(indices, ids.numpy(), batch_scores.numpy()):
                     outputs[index] = self.encoders["targets"].decode(row.tolist())
+                    scores[index] = float(row_score)
                 bar.update(len(indices))
-        return outputs
+        return outputs, scores
 
 
 def exact_match(hypotheses: list, references: list) -> float:
@@ -89,18 +133,36 @@ def score(hypotheses: list, references: list) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeHParams:
-    """t2t's --decode_hparams: batch_size sentences per batch; extra_length tokens allowed past
-    the input length (the paper's 50)."""
+    """t2t's --decode_hparams. beam_size 4 and alpha 0.6 are the paper's (§6.1); beam_size=1
+    is greedy search. extra_length: tokens allowed past the input length (the paper's 50).
+    batch_size: sentences per batch. use_cache: incremental decoding (off only to measure it).
+    jit_compile: the search compiled with XLA."""
     batch_size: int = 32
+    beam_size: int = 4
+    alpha: float = 0.6
     extra_length: int = 50
+    use_cache: bool = True
+    jit_compile: bool = True
 
 
 def read_lines(path: str) -> list:
-    """The lines of a UTF-8 file (or stdin for None), without their line ends; invalid UTF-8 is
-    an error naming the file and the line."""
-    if path is None:
-        return [line.rstrip("\r\n") for line in sys.stdin]
-    return list(text_files.read_lines(path))
+    """The lines of a UTF-8 file (or stdin for None), without their line ends. A line that is
+    not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning names it."""
+    handle = sys.stdin.buffer if path is None else open(path, "rb")
+    lines = []
+    try:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                logging.warning("%s line %d: invalid UTF-8 (%s at byte %d); bad bytes replaced "
+                                "by U+FFFD", path or "stdin", number, error.reason, error.start)
+                line = raw.decode("utf-8", errors="replace")
+            lines.append(line.rstrip("\r\n"))
+    finally:
+        if path is not None:
+            handle.close()
+    return lines
 
 
 def write_lines(path: str, lines: list):
@@ -123,8 +185,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                        checkpoint_path)
     lines = read_lines(decode_from)
-    translator = Translator(model, encoders, decode_hparams.batch_size,
-                            decode_hparams.extra_length)
+    translator = Translator(model, encoders, decode_hparams, problem.max_length,
+                            decode_from or "stdin")
     outputs = translator.translate(lines)
     write_lines(decode_to, outputs)
     if reference is None:

@@ -1,35 +1,205 @@
-"""Search for the most probable output sequence, one token per step (paper §6.1).
+"""Search for the most probable output sequence, one step per new token (paper §6.1).
 
-Greedy search: the encoder runs once; each step runs the decoder over the tokens chosen so far
-and appends the most probable next token, until every sequence has produced EOS or the maximum
-length (input length + `extra_length`, 50 in the paper) is reached.
+The encoder runs once per batch. With `use_cache` (the default), each step runs the decoder on
+the newest token only: the encoder-decoder attention keys and values are computed once, and
+each decoder self-attention keeps the keys and values of the earlier positions in a cache of
+fixed size (t2t's fast decoding). Without it, each step runs the decoder over the whole fixed
+size buffer of tokens chosen so far and reads the current position (causal masking makes the
+two equal). Every loop has fixed shapes, so the searches run inside `tf.function` and compile
+with XLA; the decoder, BLEU during training and the exported model call these same functions.
+
+The maximum output length of each sentence is its input length (EOS included) + `extra_length`
+(50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
+input length + extra_length], EOS included, padded with 0 after it.
 """
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 
+NEG_INF = -1e9
 
-def greedy_search(model, inputs, extra_length: int = 50):
-    """Greedy decoding of a batch of padded `inputs` [B, S]; returns ids [B, S + extra_length],
-    padded with 0 after each sequence's EOS."""
+
+def length_penalty(length, alpha):
+    """t2t's (and GNMT's) length penalty ((5 + length) / 6)^alpha; beam scores are log
+    probabilities divided by it (alpha 0.6 in the paper, §6.1)."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+class _Decoder:
+    """The model's next-token logits for a batch of N sequences, with or without the cache."""
+
+    def __init__(self, model, encoder_output, inputs_padding, max_length, use_cache):
+        self.model = model
+        self.encoder_output = encoder_output
+        self.inputs_padding = inputs_padding
+        self.use_cache = use_cache
+        self.cache = (model.initial_cache(encoder_output, max_length) if use_cache
+                      else tf.zeros([0]))  # a placeholder: loops need some state
+
+    def logits(self, decoded, position, cache):
+        """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
+        [N, V] for the token after `position`, and the updated cache."""
+        if self.use_cache:
+            return self.model.decode_step(decoded[:, position], position, cache,
+                                          self.inputs_padding)
+        logits = self.model.decode(decoded[:, :-1], self.encoder_output, self.inputs_padding,
+                                   training=False)
+        return logits[:, position, :], cache
+
+
+def _encode(model, inputs, extra_length):
+    """Encoder output, padding, each input's output length limit [B] (its length + extra) and
+    the largest limit (the buffers' size). Per-input limits make an output independent of the
+    other inputs in its batch and of how far the batch is padded."""
     inputs = tf.convert_to_tensor(inputs, tf.int32)
-    batch_size = tf.shape(inputs)[0]
-    max_length = tf.shape(inputs)[1] + extra_length
     encoder_output, inputs_padding = model.encode(inputs, training=False)
+    limits = tf.reduce_sum(tf.cast(tf.logical_not(inputs_padding), tf.int32), axis=1)
+    limits += extra_length
+    return inputs, encoder_output, inputs_padding, limits, tf.shape(inputs)[1] + extra_length
+
+
+def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True):
+    """Greedy decoding of padded `inputs` [B, S]: ids [B, S + extra_length] and their log
+    probabilities [B]; stops when every sequence has produced EOS or reached its limit."""
+    inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
+                                                                         extra_length)
+    batch_size = tf.shape(inputs)[0]
+    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache)
     # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
     decoded = tf.zeros([batch_size, max_length + 1], tf.int32)
+    scores = tf.zeros([batch_size], tf.float32)
     finished = tf.zeros([batch_size], tf.bool)
     positions = tf.range(max_length + 1)[tf.newaxis, :]
 
-    def step(t, decoded, finished):
-        logits = model.decode(decoded[:, :-1], encoder_output, inputs_padding, training=False)
-        next_ids = tf.argmax(logits[:, t, :], axis=-1, output_type=tf.int32)
+    def step(t, decoded, scores, finished, cache):
+        logits, cache = decoder.logits(decoded, t, cache)
+        log_probs = tf.nn.log_softmax(logits)
+        next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        best = tf.gather(log_probs, next_ids, batch_dims=1)
+        scores += tf.where(finished, 0.0, best)
         next_ids = tf.where(finished, PAD_ID, next_ids)
         decoded = tf.where(positions == t + 1, next_ids[:, tf.newaxis], decoded)
-        return t + 1, decoded, finished | tf.equal(next_ids, EOS_ID)
+        done = tf.equal(next_ids, EOS_ID) | (t + 1 >= limits)
+        return t + 1, decoded, scores, finished | done, cache
 
-    def not_done(t, decoded, finished):
+    def not_done(t, decoded, scores, finished, cache):
         return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
 
-    _, decoded, _ = tf.while_loop(not_done, step, (tf.constant(0), decoded, finished))
-    return decoded[:, 1:]
+    _, decoded, scores, _, _ = tf.while_loop(
+        not_done, step, (tf.constant(0), decoded, scores, finished, decoder.cache))
+    return decoded[:, 1:], scores
+
+
+def _merge_beams(tensor, batch_size, beam_size):
+    """[B * K, ...] -> [B, K, ...]."""
+    return tf.reshape(tensor, tf.concat([[batch_size, beam_size], tf.shape(tensor)[1:]], 0))
+
+
+def _flatten_beams(tensor):
+    """[B, K, ...] -> [B * K, ...]."""
+    return tf.reshape(tensor, tf.concat([[-1], tf.shape(tensor)[2:]], 0))
+
+
+def _tile_beams(tensor, beam_size):
+    """[B, ...] -> [B * K, ...], each row repeated K times in a row."""
+    return tf.repeat(tensor, beam_size, axis=0)
+
+
+def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
+                use_cache: bool = True):
+    """The paper's beam search (§6.1, beam 4, length penalty alpha 0.6), as t2t's
+    beam_search.py: keeps the `beam_size` most probable unfinished sequences ("alive") and the
+    `beam_size` best finished ones, scored by log probability / length_penalty; stops when no
+    alive sequence can still beat the worst finished one. A candidate that reaches its input's
+    length limit counts as finished (t2t compared such sequences only when none had ended).
+
+    Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
+    alive one if none finished) and their scores [B].
+    """
+    inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
+                                                                         extra_length)
+    batch_size = tf.shape(inputs)[0]
+    vocab_size = model.vocab_size
+    decoder = _Decoder(model, _tile_beams(encoder_output, beam_size),
+                       _tile_beams(inputs_padding, beam_size), max_length, use_cache)
+    length = max_length + 1  # with the start position
+    positions = tf.range(length)[tf.newaxis, tf.newaxis, :]
+    alive_seq = tf.zeros([batch_size, beam_size, length], tf.int32)
+    # Only the first beam is live at the start, so the first step does not pick K copies.
+    alive_log_probs = tf.tile(tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]),
+                              [batch_size, 1])
+    finished_seq = tf.zeros([batch_size, beam_size, length], tf.int32)
+    finished_scores = tf.fill([batch_size, beam_size], NEG_INF)
+    finished_flags = tf.zeros([batch_size, beam_size], tf.bool)
+
+    def gather_beams(tensor, indices):
+        """tensor [B, K', ...], indices [B, K] -> [B, K, ...]."""
+        return tf.gather(tensor, indices, batch_dims=1)
+
+    def reorder_cache(cache, beam_indices):
+        """The self-attention caches follow their beams; the encoder's keys and values are the
+        same for every beam of an input."""
+        if not use_cache:
+            return cache
+
+        def follow(tensor):
+            followed = _flatten_beams(gather_beams(_merge_beams(tensor, batch_size, beam_size),
+                                                   beam_indices))
+            return tf.ensure_shape(followed, tensor.shape)  # loop state keeps its shape
+        return [{**layer, "self_attention": tf.nest.map_structure(follow,
+                                                                  layer["self_attention"])}
+                for layer in cache]
+
+    def step(t, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
+             cache):
+        logits, cache = decoder.logits(_flatten_beams(alive_seq), t, cache)
+        log_probs = _merge_beams(tf.nn.log_softmax(logits), batch_size, beam_size)
+        candidate_log_probs = log_probs + alive_log_probs[:, :, tf.newaxis]  # [B, K, V]
+        flat = tf.reshape(candidate_log_probs, [batch_size, beam_size * vocab_size])
+        # 2K candidates: even if K of them end with EOS, K stay alive.
+        top_log_probs, top_indices = tf.math.top_k(flat, k=2 * beam_size)
+        beam_indices, token_ids = top_indices // vocab_size, top_indices % vocab_size
+        top_seq = gather_beams(alive_seq, beam_indices)
+        top_seq = tf.where(positions == t + 1, token_ids[:, :, tf.newaxis], top_seq)
+        # A candidate ends with EOS, or by reaching its input's length limit.
+        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= limits)[:, tf.newaxis]
+
+        # Alive: the best K candidates that did not end.
+        alive_candidates = top_log_probs + tf.cast(ends, tf.float32) * NEG_INF
+        _, alive_choice = tf.math.top_k(alive_candidates, k=beam_size)
+        new_alive_seq = gather_beams(top_seq, alive_choice)
+        new_alive_log_probs = gather_beams(alive_candidates, alive_choice)
+        cache = reorder_cache(cache, gather_beams(beam_indices, alive_choice))
+
+        # Finished: the best K of the old finished ones and the candidates that ended now.
+        scores = top_log_probs / length_penalty(t + 1, alpha)
+        scores += (1.0 - tf.cast(ends, tf.float32)) * NEG_INF
+        all_seq = tf.concat([finished_seq, top_seq], axis=1)
+        all_scores = tf.concat([finished_scores, scores], axis=1)
+        all_flags = tf.concat([finished_flags, ends], axis=1)
+        best_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
+        return (t + 1, new_alive_seq, new_alive_log_probs,
+                gather_beams(all_seq, finished_choice), best_scores,
+                gather_beams(all_flags, finished_choice), cache)
+
+    def not_done(t, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
+                 cache):
+        # The best an alive beam can reach: its log probability (it only falls) over the
+        # largest penalty. Done when that cannot beat the worst finished sequence kept.
+        best_alive = alive_log_probs[:, 0] / length_penalty(limits, alpha)
+        worst_finished = tf.reduce_min(
+            tf.where(finished_flags, finished_scores, 0.0), axis=1)
+        worst_finished = tf.where(tf.reduce_any(finished_flags, axis=1), worst_finished,
+                                  NEG_INF)
+        bound_met = tf.reduce_all(worst_finished > best_alive)
+        return tf.logical_and(t < max_length, tf.logical_not(bound_met))
+
+    state = (tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
+             finished_flags, decoder.cache)
+    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _ = (
+        tf.while_loop(not_done, step, state))
+    any_finished = tf.reduce_any(finished_flags, axis=1)
+    best_seq = tf.where(any_finished[:, tf.newaxis], finished_seq[:, 0], alive_seq[:, 0])
+    best_score = tf.where(any_finished, finished_scores[:, 0],
+                          alive_log_probs[:, 0] / length_penalty(limits, alpha))
+    return best_seq[:, 1:], best_score

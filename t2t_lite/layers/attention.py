@@ -105,6 +105,40 @@ class MultiHeadAttention(keras.layers.Layer):
         v = self.split_heads(self.value_dense(memory))
         return self.attend(q, k, v, bias, training, return_attention_scores)
 
+    def project_memory(self, memory):
+        """Keys and values of `memory` [batch, keys, d] split into heads: the encoder-decoder
+        attention computes them once per sentence when decoding (t2t's cached k/v_encdec)."""
+        return {"key": self.split_heads(self.key_dense(memory)),
+                "value": self.split_heads(self.value_dense(memory))}
+
+    def attend_to_memory(self, query, memory_cache, bias=None):
+        """`call` with the memory's keys and values from `project_memory`."""
+        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        return self.attend(q, memory_cache["key"], memory_cache["value"], bias)
+
+    def empty_cache(self, batch_size, max_length):
+        """Room for the keys and values of `max_length` positions, [batch, heads, max_length,
+        depth / heads] each: fixed shapes, so that a decoding loop compiles with XLA."""
+        zeros = ops.zeros((batch_size, self.num_heads, max_length, self.depth_per_head),
+                          dtype=self.compute_dtype)
+        return {"key": zeros, "value": zeros}
+
+    def self_attention_step(self, query, cache, position):
+        """One step of causal self-attention when decoding (t2t's fast decoding): `query`
+        [batch, 1, d] is the input at `position`; its key and value are written into the
+        cache at `position`, and it attends over positions 0..position only. Returns the
+        output [batch, 1, d] and the updated cache; the result equals row `position` of
+        `call` with a causal bias over the whole prefix."""
+        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        start = [0, 0, position, 0]
+        cache = {"key": ops.slice_update(cache["key"], start,
+                                         self.split_heads(self.key_dense(query))),
+                 "value": ops.slice_update(cache["value"], start,
+                                           self.split_heads(self.value_dense(query)))}
+        later = ops.greater(ops.arange(ops.shape(cache["key"])[2]), position)
+        bias = ops.cast(later, "float32")[None, None, None, :] * NEG_INF
+        return self.attend(q, cache["key"], cache["value"], bias), cache
+
     def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
         """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the
         output projection. Kept apart from `call` so cached keys/values can be fed in."""

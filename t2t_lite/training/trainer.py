@@ -21,7 +21,7 @@ from t2t_lite import registry
 from t2t_lite.training import checkpoints, distribution
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
-from t2t_lite.training.summaries import TrainingMonitor
+from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
 
 HPARAMS_FILE = "hparams.json"
 
@@ -201,6 +201,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     if chief:
         os.makedirs(output_dir, exist_ok=True)
         save_run_description(output_dir, problem_name, model_name, hparams)
+        write_learning_rate_picture(hparams, config.train_steps,
+                                    os.path.join(output_dir, "learning_rate.png"))
     replicas = strategy.num_replicas_in_sync
     keras.utils.set_random_seed(config.seed)
     train_data = problem.dataset("train", data_dir, hparams, training=True,

@@ -45,6 +45,7 @@ def test_train_resume_and_decode(data_dir, tmp_path):
     assert "dev loss" in first and "model.ckpt-20" in first
     assert re.search(r"step 20  dev BLEU = [\d.]+ .*8 sentences; nrefs:1\|", first)
     assert os.listdir(os.path.join(output_dir, "train"))  # TensorBoard events
+    assert os.path.exists(os.path.join(output_dir, "learning_rate.png"))
 
     second = train(data_dir, output_dir, 40)
     assert "resuming from" in second and "model.ckpt-20" in second

@@ -1,0 +1,119 @@
+"""Incremental decoding and beam search (paper §6.1; t2t's fast decoding and beam_search.py)."""
+import itertools
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import registry
+from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.decoding import search
+from t2t_lite.training import trainer
+
+VOCAB_SIZE = 20
+
+
+@pytest.fixture(scope="module")
+def model():
+    hparams = registry.hparams("transformer_tiny").override_from_string(
+        "hidden_size=32,filter_size=64,num_heads=4,num_hidden_layers=2")
+    keras.utils.set_random_seed(3)
+    return trainer.build_model("transformer", hparams, VOCAB_SIZE)
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    ids = np.random.default_rng(0).integers(2, VOCAB_SIZE, size=(3, 7)).astype(np.int32)
+    ids[1, 4:] = 0
+    ids[1, 3] = ids[:, -1] = EOS_ID
+    return ids
+
+
+def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs):
+    encoder_output, inputs_padding = model.encode(inputs)
+    targets = np.random.default_rng(1).integers(2, VOCAB_SIZE, size=(3, 9)).astype(np.int32)
+    decoder_input = np.concatenate([np.zeros((3, 1), np.int32), targets[:, :-1]], axis=1)
+    whole = model.decode(decoder_input, encoder_output, inputs_padding).numpy()
+    cache = model.initial_cache(encoder_output, 9)
+    for position in range(9):
+        logits, cache = model.decode_step(decoder_input[:, position], position, cache,
+                                          inputs_padding)
+        np.testing.assert_allclose(logits.numpy(), whole[:, position], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_size):
+    def run(use_cache):
+        if beam_size == 1:
+            return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache)
+        return search.beam_search(model, inputs, beam_size, extra_length=6, use_cache=use_cache)
+    compiled = tf.function(run, jit_compile=True)
+    cached_ids, cached_scores = compiled(True)
+    uncached_ids, uncached_scores = compiled(False)
+    assert cached_ids.shape == (3, 7 + 6)
+    np.testing.assert_array_equal(cached_ids.numpy(), uncached_ids.numpy())
+    np.testing.assert_allclose(cached_scores.numpy(), uncached_scores.numpy(), rtol=1e-5)
+
+
+def test_beam_of_one_without_penalty_is_greedy(model, inputs):
+    greedy_ids, greedy_scores = search.greedy_search(model, inputs, extra_length=6)
+    beam_ids, beam_scores = search.beam_search(model, inputs, beam_size=1, alpha=0.0,
+                                               extra_length=6)
+    np.testing.assert_array_equal(beam_ids.numpy(), greedy_ids.numpy())
+    np.testing.assert_allclose(beam_scores.numpy(), greedy_scores.numpy(), rtol=1e-5)
+
+
+def test_length_penalty_is_t2t_s():
+    assert float(search.length_penalty(7, 0.6)) == pytest.approx(((5 + 7) / 6) ** 0.6)
+    assert float(search.length_penalty(7, 0.0)) == 1.0
+
+
+class TinyVocabularyModel:
+    """A stand-in model over 5 tokens whose next-token distribution depends on the prefix
+    through fixed random tables, so that every output sequence's probability can be listed."""
+    vocab_size = 5
+
+    def __init__(self, seed):
+        self.table = tf.constant(np.random.default_rng(seed).normal(size=(6, 5, 5)) * 2,
+                                 tf.float32)
+
+    def encode(self, inputs, training=False):
+        return tf.zeros(tf.concat([tf.shape(inputs), [1]], 0)), tf.equal(inputs, 0)
+
+    def decode(self, decoder_input, encoder_output, inputs_padding, training=False):
+        previous = decoder_input  # [N, T]: logits at t depend on position t and the token there
+        positions = tf.range(tf.shape(decoder_input)[1])
+        return tf.gather_nd(self.table, tf.stack(
+            [tf.broadcast_to(positions, tf.shape(previous)), previous], axis=-1))
+
+    def log_prob(self, sequence):
+        total, previous = 0.0, 0
+        for position, token in enumerate(sequence):
+            logits = self.table[position, previous].numpy()
+            total += logits[token] - math.log(np.exp(logits).sum())
+            previous = token
+        return total
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_wide_beam_finds_the_best_scored_sequence(seed):
+    """With a beam wider than the number of prefixes, beam search is exhaustive: it must return
+    the finished sequence (ended by EOS, or cut at the length limit) of the highest log
+    probability / length penalty."""
+    model = TinyVocabularyModel(seed)
+    alpha, max_length = 0.6, 3  # input length 1 + extra_length 2
+    others = [0, 2, 3, 4]
+    finished = [list(prefix) + [EOS_ID] for length in range(1, max_length + 1)
+                for prefix in itertools.product(others, repeat=length - 1)]
+    finished += [list(cut) for cut in itertools.product(others, repeat=max_length)]
+    best, best_score = None, -math.inf
+    for sequence in finished:
+        score = model.log_prob(sequence) / ((5 + len(sequence)) / 6) ** alpha
+        if score > best_score:
+            best, best_score = sequence, score
+    ids, scores = search.beam_search(model, [[EOS_ID]], beam_size=64, alpha=alpha,
+                                     extra_length=2, use_cache=False)
+    assert ids.numpy()[0, :len(best)].tolist() == best
+    assert float(scores[0]) == pytest.approx(best_score, rel=1e-5)

@@ -1,0 +1,54 @@
+"""Text in, text out: every input line gets one output line, in order, whatever the line."""
+import logging
+
+import keras
+import pytest
+
+from t2t_lite import registry
+from t2t_lite.data.vocab import SymbolVocabulary
+from t2t_lite.decoding import decoder
+from t2t_lite.training import trainer
+
+
+@pytest.fixture(scope="module")
+def translator():
+    hparams = registry.hparams("transformer_tiny").override_from_string(
+        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+    keras.utils.set_random_seed(1)
+    vocabulary = SymbolVocabulary(10)
+    model = trainer.build_model("transformer", hparams, vocabulary.vocab_size)
+    return decoder.Translator(
+        model, {"inputs": vocabulary, "targets": vocabulary},
+        decoder.DecodeHParams(batch_size=4, beam_size=2, extra_length=3), max_input_length=20,
+        source_name="in.txt")
+
+
+def test_bad_lines_get_a_message_and_the_others_a_translation(translator, caplog):
+    lines = ["1 2 3", "", "4 " * 5000, "one two", "   ", "5 6"]
+    with caplog.at_level(logging.WARNING):
+        outputs, scores = translator.translate_with_scores(lines, show_progress=False)
+    assert len(outputs) == len(lines)
+    assert outputs[1] == outputs[3] == outputs[4] == "" and scores[1] is None
+    for index in (0, 2, 5):
+        assert scores[index] is not None and set(outputs[index].split()) <= set(
+            map(str, range(1, 11)))
+    # The long line is cut to max_length: its output is at most 20 + extra_length tokens.
+    assert len(outputs[2].split()) <= 20 + 3
+    messages = caplog.text
+    assert "in.txt line 3: 10000 characters, 5001 tokens; cut to max_length=20" in messages
+    assert "in.txt line 4 not translated: 'one' is not a symbol" in messages
+
+
+def test_translations_do_not_depend_on_batching(translator):
+    lines = [" ".join(str(1 + (i * j) % 10) for j in range(1 + i % 7)) for i in range(9)]
+    alone = [translator.translate([line], show_progress=False)[0] for line in lines]
+    assert translator.translate(lines, show_progress=False) == alone
+
+
+def test_invalid_utf8_is_replaced_and_named(tmp_path, caplog):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"1 2\n3 \xff 4\n5\n")
+    with caplog.at_level(logging.WARNING):
+        lines = decoder.read_lines(str(path))
+    assert lines == ["1 2", "3 \ufffd 4", "5"]
+    assert f"{path} line 2: invalid UTF-8" in caplog.text
