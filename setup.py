@@ -42,6 +42,7 @@ setuptools.setup(
             "t2t_lite-trainer=t2t_lite.bin.trainer:run",
             "t2t_lite-decoder=t2t_lite.bin.decoder:run",
             "t2t_lite-avg-checkpoints=t2t_lite.bin.avg_checkpoints:run",
+            "t2t_lite-exporter=t2t_lite.bin.exporter:run",
         ]
     },
 )

@@ -19,6 +19,8 @@ import json
 import os
 import re
 import statistics
+import subprocess
+import sys
 import time
 
 from t2t_lite.bin import common
@@ -31,6 +33,7 @@ from t2t_lite.training import trainer  # noqa: E402
 from t2t_lite.training.step import TrainingSteps  # noqa: E402
 
 DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
+PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf", "run.py")
 PROBLEM = "translate_multi30k_deen"
 
 flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords (generated if absent).")
@@ -42,6 +45,9 @@ flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per mode before the time
 flags.DEFINE_integer("window", 10, "Steps per timing window.")
 flags.DEFINE_list("modes", ["xla", "no_xla"], "xla: forward/backward under jit_compile; no_xla.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
+flags.DEFINE_boolean("compare", False, "Also train OpenNMT-tf (benchmarks/peers/opennmt_tf) "
+                     "for --warmup_steps + --steps with the same configuration and data.")
+flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder.")
 flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= {"xla", "no_xla"}, "xla or no_xla")
 
@@ -153,6 +159,36 @@ def print_table(result, peak):
           f"(encoder; decoder + softmax; attention scores and embedding lookups not counted)")
 
 
+def run_peer(hparams):
+    """OpenNMT-tf's throughput from its log (see peers/opennmt_tf/README.md), or None with the
+    reason printed when it cannot run here."""
+    json_path = os.path.join(FLAGS.peer_work_dir, "train_speed.json")
+    command = [sys.executable, PEER, f"--data_dir={FLAGS.data_dir}", f"--tmp_dir={FLAGS.tmp_dir}",
+               f"--work_dir={FLAGS.peer_work_dir}",
+               f"--train_steps={FLAGS.warmup_steps + FLAGS.steps}",
+               f"--warmup_steps={hparams.learning_rate_warmup_steps}",
+               f"--learning_rate_constant={hparams.learning_rate_constant}",
+               f"--log_every={FLAGS.window}", f"--skip_steps={FLAGS.warmup_steps}",
+               f"--save_every={FLAGS.warmup_steps + FLAGS.steps}", f"--output_json={json_path}"]
+    if subprocess.run(command).returncode:
+        print("the OpenNMT-tf peer did not run; see its message above")
+        return None
+    with open(json_path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def print_comparison(result):
+    peer, ours = result["peer"], result["modes"]
+    print(f"\n{'toolkit':<40} {'target tok/s':>12} {'source tok/s':>12} {'steps/s':>8}")
+    for mode, s in ours.items():
+        print(f"{'t2t_lite ' + mode:<40} {s['target_tokens_per_s']:>12.0f} "
+              f"{s['source_tokens_per_s']:>12.0f} {s['steps_per_s']:>8.2f}")
+    print(f"{peer['toolkit'][:40]:<40} {peer['target_tokens_per_s']:>12.0f} "
+          f"{peer['source_tokens_per_s']:>12.0f} {peer['steps_per_s']:>8.2f}")
+    for mode, ratio in result["ratio_to_peer"].items():
+        print(f"t2t_lite {mode} / OpenNMT-tf (target tokens/s): {ratio:.2f}")
+
+
 def main(unused_argv):
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
@@ -178,6 +214,13 @@ def main(unused_argv):
                                  / result["modes"]["no_xla"]["target_tokens_per_s"])
     result["machine"]["load_average_at_end"] = os.getloadavg()  # 1, 5, 15 min
     print_table(result, peak)
+    if FLAGS.compare:
+        result["peer"] = run_peer(hparams)
+        if result["peer"]:
+            result["ratio_to_peer"] = {
+                mode: stats["target_tokens_per_s"] / result["peer"]["target_tokens_per_s"]
+                for mode, stats in result["modes"].items()}
+            print_comparison(result)
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(result, indent=2) + "\n")

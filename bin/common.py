@@ -55,6 +55,27 @@ def hparams_from_flags():
     return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
 
 
+def trained_run_from_flags():
+    """(problem name, model name, hparams) of the model in --output_dir: from the flags when
+    given, else from the hparams.json the trainer wrote there."""
+    from t2t_lite.decoding.decoder import saved_run
+    run = saved_run(FLAGS.output_dir)
+    problem = FLAGS.problem or run.get("problem")
+    if not problem:
+        raise ValueError("--problem is required (no hparams.json in --output_dir)")
+    hparams = hparams_from_flags() if FLAGS.hparams_set else run.get("hparams")
+    if hparams is None:
+        raise ValueError("--hparams_set is required (no hparams.json in --output_dir)")
+    return problem, run.get("model", FLAGS.model), hparams
+
+
+def decode_hparams_from_flags():
+    """--decode_hparams over the DecodeHParams defaults, type-checked."""
+    from t2t_lite.decoding.search import DecodeHParams
+    from t2t_lite.hparams_lib import parse_overrides
+    return DecodeHParams(**parse_overrides(FLAGS.decode_hparams, DecodeHParams()))
+
+
 USER_ERRORS = (RegistryError, HParamsError, ValueError, FileNotFoundError, OSError,
                FloatingPointError)
 

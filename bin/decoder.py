@@ -14,7 +14,6 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, logging
 from t2t_lite.data import text_files
 from t2t_lite.decoding import decoder
-from t2t_lite.hparams_lib import parse_overrides
 
 common.define_problem_flags()
 common.define_model_flags()
@@ -51,16 +50,8 @@ def main(argv):
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise ValueError("--attention_dir needs --decode_from_file and --decode_to_file (it "
                          "draws the first input lines with their translations)")
-    run = decoder.saved_run(FLAGS.output_dir)
-    problem = FLAGS.problem or run.get("problem")
-    if not problem:
-        raise ValueError("--problem is required (no hparams.json in --output_dir)")
-    hparams = common.hparams_from_flags() if FLAGS.hparams_set else run.get("hparams")
-    if hparams is None:
-        raise ValueError("--hparams_set is required (no hparams.json in --output_dir)")
-    defaults = decoder.DecodeHParams()
-    decode_hparams = defaults.__class__(**parse_overrides(FLAGS.decode_hparams, defaults))
-    model_name = run.get("model", FLAGS.model)
+    problem, model_name, hparams = common.trained_run_from_flags()
+    decode_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.decode_from_file, FLAGS.decode_to_file,
                              FLAGS.score_reference, decode_hparams, FLAGS.checkpoint_path)

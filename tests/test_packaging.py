@@ -52,5 +52,5 @@ def test_wheel_installs_the_namespace_and_lists_the_registry(venv_python, tmp_pa
 
 def test_wheel_installs_console_scripts(venv_python):
     for name in ("t2t_lite-datagen", "t2t_lite-trainer", "t2t_lite-decoder",
-                 "t2t_lite-avg-checkpoints"):
+                 "t2t_lite-avg-checkpoints", "t2t_lite-exporter"):
         assert (venv_python.parent / name).exists(), name

@@ -47,6 +47,34 @@ class SymbolVocabulary:
                 symbols.append(str(token_id - NUM_RESERVED_IDS + 1))
         return " ".join(symbols)
 
+    def encode_in_graph(self, texts):
+        """A string tensor [batch] -> int32 RaggedTensor of ids [batch, (length)]; a token that
+        is not a symbol fails the graph with the message `encode` raises."""
+        import tensorflow as tf
+        tokens = tf.strings.split(texts)
+        is_number = tf.strings.regex_full_match(tokens.flat_values, "0*[0-9]{1,9}")
+        # Non-numbers become 0 (invalid) rather than failing to_number with its own message.
+        numbers = tf.strings.to_number(tf.where(is_number, tokens.flat_values, "0"), tf.int32)
+        valid = is_number & (numbers >= 1) & (numbers <= self.num_symbols)
+        check = tf.debugging.Assert(
+            tf.reduce_all(valid),
+            [f"not a symbol: expected integers 1 to {self.num_symbols} separated by spaces, "
+             "got", tf.boolean_mask(tokens.flat_values, ~valid)[:1]])
+        with tf.control_dependencies([check]):
+            ids = numbers - 1 + NUM_RESERVED_IDS
+        return tokens.with_flat_values(ids)
+
+    def decode_in_graph(self, ids):
+        """Ids [batch, length] (dense, cut at EOS and padded with 0, or ragged) -> strings."""
+        import tensorflow as tf
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        before_eos = tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
+        ids = tf.ragged.boolean_mask(ids, before_eos & tf.not_equal(ids, PAD_ID))
+        symbols = tf.strings.as_string(ids - NUM_RESERVED_IDS + 1)
+        return tf.strings.reduce_join(symbols, axis=1, separator=" ")
+
 
 class SentencePieceVocabulary:
     """A SentencePiece model (BPE or unigram), joint over source and target, as the vocabulary of

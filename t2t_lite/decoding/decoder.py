@@ -3,7 +3,6 @@
 Lines are sorted by length into batches (less padding), decoded, and written back in input
 order, one output line per input line, as t2t's `decode_from_file` did.
 """
-import dataclasses
 import json
 import os
 import sys
@@ -15,7 +14,7 @@ from absl import logging
 
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.decoding.search import beam_search, greedy_search
+from t2t_lite.decoding.search import DecodeHParams, search
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.training import checkpoints, trainer
 from t2t_lite.training.checkpoints import CheckpointError
@@ -59,7 +58,7 @@ class Translator:
 
     LENGTH_MULTIPLE = 16
 
-    def __init__(self, model, encoders: dict, decode_hparams: "DecodeHParams" = None,
+    def __init__(self, model, encoders: dict, decode_hparams: DecodeHParams = None,
                  max_input_length: int = None, source_name: str = "input"):
         self.model = model
         self.encoders = encoders
@@ -70,11 +69,7 @@ class Translator:
                                    jit_compile=self.decode_hparams.jit_compile)
 
     def _search_batch(self, inputs):
-        hp = self.decode_hparams
-        if hp.beam_size > 1:
-            return beam_search(self.model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
-                               hp.use_cache)
-        return greedy_search(self.model, inputs, hp.extra_length, hp.use_cache)
+        return search(self.model, inputs, self.decode_hparams)
 
     def encode(self, number: int, line: str):
         """Source ids ending with EOS, or None for a line that gets an empty translation."""
@@ -129,20 +124,6 @@ def score(hypotheses: list, references: list) -> dict:
     result = bleu.corpus_score(hypotheses, [references])
     return {"exact_match": exact_match(hypotheses, references), "bleu": result.score,
             "bleu_signature": str(bleu.get_signature()), "bleu_text": str(result)}
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeHParams:
-    """t2t's --decode_hparams. beam_size 4 and alpha 0.6 are the paper's (§6.1); beam_size=1
-    is greedy search. extra_length: tokens allowed past the input length (the paper's 50).
-    batch_size: sentences per batch. use_cache: incremental decoding (off only to measure it).
-    jit_compile: the search compiled with XLA."""
-    batch_size: int = 32
-    beam_size: int = 4
-    alpha: float = 0.6
-    extra_length: int = 50
-    use_cache: bool = True
-    jit_compile: bool = True
 
 
 def read_lines(path: str) -> list:

@@ -12,11 +12,27 @@ The maximum output length of each sentence is its input length (EOS included) + 
 (50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
 input length + extra_length], EOS included, padded with 0 after it.
 """
+import dataclasses
+
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 
 NEG_INF = -1e9
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeHParams:
+    """t2t's --decode_hparams. beam_size 4 and alpha 0.6 are the paper's (§6.1); beam_size=1
+    is greedy search. extra_length: tokens allowed past the input length (the paper's 50).
+    batch_size: sentences per batch. use_cache: incremental decoding (off only to measure it).
+    jit_compile: the search compiled with XLA."""
+    batch_size: int = 32
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    use_cache: bool = True
+    jit_compile: bool = True
 
 
 def length_penalty(length, alpha):
@@ -203,3 +219,11 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     best_score = tf.where(any_finished, finished_scores[:, 0],
                           alive_log_probs[:, 0] / length_penalty(limits, alpha))
     return best_seq[:, 1:], best_score
+
+
+def search(model, inputs, decode_hparams: DecodeHParams):
+    """The search decode_hparams asks for: beam search, or greedy search for beam_size 1."""
+    hp = decode_hparams
+    if hp.beam_size > 1:
+        return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length, hp.use_cache)
+    return greedy_search(model, inputs, hp.extra_length, hp.use_cache)

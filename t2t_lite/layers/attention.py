@@ -130,12 +130,14 @@ class MultiHeadAttention(keras.layers.Layer):
         output [batch, 1, d] and the updated cache; the result equals row `position` of
         `call` with a causal bias over the whole prefix."""
         q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        start = [0, 0, position, 0]
-        cache = {"key": ops.slice_update(cache["key"], start,
-                                         self.split_heads(self.key_dense(query))),
-                 "value": ops.slice_update(cache["value"], start,
-                                           self.split_heads(self.value_dense(query)))}
-        later = ops.greater(ops.arange(ops.shape(cache["key"])[2]), position)
+        # A masked write rather than a dynamic slice update: plain TensorFlow ops, so that an
+        # exported search needs no XLA in the server.
+        cache_positions = ops.arange(ops.shape(cache["key"])[2])
+        here = ops.equal(cache_positions, position)[None, None, :, None]
+        cache = {"key": ops.where(here, self.split_heads(self.key_dense(query)), cache["key"]),
+                 "value": ops.where(here, self.split_heads(self.value_dense(query)),
+                                    cache["value"])}
+        later = ops.greater(cache_positions, position)
         bias = ops.cast(later, "float32")[None, None, None, :] * NEG_INF
         return self.attend(q, cache["key"], cache["value"], bias), cache
 

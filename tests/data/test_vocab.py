@@ -143,3 +143,38 @@ def test_an_error_while_reading_training_sentences_keeps_its_message(tmp_path):
     with pytest.raises(DataError, match="line 101: invalid UTF-8"):
         SentencePieceVocabulary.train(sentences(), str(tmp_path / "v.model"), 64)
     assert not (tmp_path / "v.model").exists()
+
+
+def test_symbol_vocabulary_in_the_graph_equals_python():
+    """SymbolVocabulary (the algorithmic problems) has the same in-graph contract: strings ->
+    ragged int32 ids, and dense ids cut at EOS without PAD -> strings, equal to encode/decode."""
+    from t2t_lite.data.vocab import SymbolVocabulary
+    vocab = SymbolVocabulary(10)
+    texts = ["3 7 1", "10", "", " 2  5\t9 ", "1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 10"]
+    ids = vocab.encode_in_graph(tf.constant(texts))
+    assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
+    assert ids.to_list() == [vocab.encode(text) for text in texts]
+    assert ids.to_list()[0] == [4, 8, 2]
+
+    encoded = [vocab.encode(text) for text in texts]
+    length = max(map(len, encoded)) + 4
+    dense = [row + [EOS_ID] + [5, 6][:length - len(row) - 1] for row in encoded]
+    dense = [row + [PAD_ID] * (length - len(row)) for row in dense]
+    dense[1] = [PAD_ID] + dense[1][:-1]  # padding before the first symbol is dropped too
+    expected = [vocab.decode(row) for row in dense]
+    assert expected == [" ".join(text.split()) for text in texts]
+    decoded = vocab.decode_in_graph(tf.constant(dense, dtype=tf.int32)).numpy()
+    assert [text.decode("utf-8") for text in decoded] == expected
+    assert vocab.decode_in_graph(tf.ragged.constant(encoded)).numpy().tolist() == \
+        [text.encode("utf-8") for text in expected]
+
+    @tf.function
+    def round_trip(texts):
+        return vocab.decode_in_graph(vocab.encode_in_graph(texts).to_tensor())
+
+    assert [t.decode("utf-8") for t in round_trip(tf.constant(texts)).numpy()] == expected
+    for bad in ("3 11", "3 x", "0", "-2"):
+        with pytest.raises(ValueError):
+            vocab.encode(bad)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not a symbol"):
+            vocab.encode_in_graph(tf.constant([bad]))

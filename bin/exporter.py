@@ -1,0 +1,46 @@
+"""t2t_lite-exporter: a SavedModel that translates raw text, for TensorFlow Serving
+(t2t-exporter, with the vocabulary and the search inside the graph).
+
+  t2t_lite-exporter --data_dir=D --output_dir=O --export_dir=E [--checkpoint_path=C] \
+      [--decode_hparams="beam_size=4,alpha=0.6,extra_length=50"]
+
+The model and hparams default to those the trainer recorded in --output_dir. The SavedModel's
+"serving_default" signature takes "inputs" (strings) and returns "outputs" (strings) and
+"scores"; loading it needs `import tensorflow_text`.
+"""
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.serving import export
+
+common.define_problem_flags()
+common.define_model_flags()
+flags.DEFINE_string("checkpoint_path", None,
+                    "A checkpoint to export instead of the latest (an averaged one, say).")
+flags.DEFINE_string("export_dir", None, "Where to write the SavedModel (for TensorFlow "
+                    "Serving, a version folder such as models/NAME/1).")
+flags.DEFINE_string("decode_hparams", "", 'e.g. "beam_size=4,alpha=0.6,extra_length=50" '
+                    "(beam_size=1: greedy; its jit_compile is replaced by --export_jit_compile).")
+flags.DEFINE_bool("export_jit_compile", False,
+                  "Compile the search with XLA in the SavedModel (the server must support "
+                  "XLA; off by default for portability).")
+flags.DEFINE_bool("overwrite", False, "Replace a non-empty --export_dir.")
+flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
+
+
+def main(argv):
+    problem, model_name, hparams = common.trained_run_from_flags()
+    decode_hparams = common.decode_hparams_from_flags()
+    checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
+                               FLAGS.output_dir, FLAGS.export_dir, decode_hparams,
+                               FLAGS.checkpoint_path, FLAGS.export_jit_compile,
+                               FLAGS.overwrite)
+    print(f"exported {checkpoint} to {FLAGS.export_dir}")
+    print(f"inspect with: saved_model_cli show --dir {FLAGS.export_dir} --all")
+
+
+def run():
+    common.run_main(main)
+
+
+if __name__ == "__main__":
+    run()

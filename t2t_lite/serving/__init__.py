@@ -1,0 +1,1 @@
+"""Serving: a trained model exported as a SavedModel that translates raw text."""

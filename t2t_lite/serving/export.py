@@ -1,0 +1,155 @@
+"""A trained model as a SavedModel that translates text: strings in, strings and scores out.
+
+tensor2tensor's `t2t-exporter` saved the Estimator's predict graph behind
+`Problem.serving_input_fn`, whose input was serialized tf.Examples of token ids: a client had
+to run the vocabulary in Python before and after every request. Here the graph holds all of it:
+
+    inputs: string [batch]
+      -> vocabulary.encode_in_graph (tensorflow-text's SentencePiece op, or the symbol split)
+      -> truncate to problem.max_length tokens, EOS last, pad with 0
+      -> decoding.search.search (the decoder's beam or greedy search, same decode_hparams)
+      -> vocabulary.decode_in_graph (cut at EOS, drop PAD, detokenize)
+    outputs: {"outputs": string [batch], "scores": float32 [batch]}
+
+A request is translated as one batch (t2t's serving input also batched whatever the client
+sent); the decoder's batch_size does not apply.
+
+XLA: by default the search is not XLA-compiled in the SavedModel, because TensorFlow Serving
+runs XLA on CPU only when started with --xla_cpu_compilation_enabled=true;
+decode_hparams.jit_compile (the decoder's XLA switch) is not used here. `jit_compile=True`
+compiles the search (not the string ops, which XLA cannot compile) for servers that have XLA.
+Single ops of the tf2xla family ("Xla*", e.g. the XlaDynamicUpdateSlice that Keras'
+`ops.slice_update` becomes) also need XLA to run; the search avoids them (its caches are
+written with masks), and `ops_needing_xla` lists any that appear, with a warning at export.
+
+Loading a SavedModel of a SentencePiece problem needs tensorflow-text's ops registered:
+`import tensorflow_text` in Python; TensorFlow Serving's model server links a (pinned) version
+of them. The symbol vocabulary of the algorithmic problems uses core string ops only.
+"""
+import dataclasses
+import json
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import registry
+from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.decoding import decoder
+from t2t_lite.decoding.search import search
+from t2t_lite.training import checkpoints, trainer
+
+SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
+TEMPORARY_SUFFIX = ".tmp"
+
+
+class ExportError(ValueError):
+    """The export folder exists and is not empty (and overwriting was not asked for)."""
+
+
+def source_ids(vocabulary, texts, max_length: int):
+    """t2t's text2text inputs in the graph: strings [batch] -> int32 ids [batch, S], each row the
+    tokens, cut to `max_length` - 1 so that EOS is always last, then EOS and 0-padding
+    (t2t's serving input truncated to max_input_seq_length and could drop the EOS)."""
+    tokens = vocabulary.encode_in_graph(texts)[:, :max_length - 1]
+    eos = tf.fill(tf.stack([tokens.nrows(), 1]), tf.constant(EOS_ID, tokens.dtype))
+    ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
+    return tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)
+
+
+class ServingModule(tf.Module):
+    """What the SavedModel holds: the model's weights, the vocabularies and `serve`.
+
+    Keras 3 keeps the encoder and decoder stacks in Python lists that TensorFlow's object graph
+    does not follow (training/checkpoints.py), so every weight is tracked here by its Keras
+    path; otherwise the saved graph would capture weights the SavedModel cannot restore.
+    """
+
+    def __init__(self, model, encoders: dict, decode_hparams, max_length: int,
+                 jit_compile: bool = False):
+        super().__init__(name="serving")
+        self.model_variables = checkpoints.model_variables(model)
+        # tensorflow-text tokenizers own a resource (the SentencePiece model) to save with it.
+        self.vocabulary_resources = [vocabulary.tokenizer for vocabulary in encoders.values()
+                                     if hasattr(vocabulary, "tokenizer")]
+        self._model = model
+        self._encoders = encoders
+        self._max_length = max_length
+        self._search = tf.function(lambda inputs: search(self._model, inputs, decode_hparams),
+                                   jit_compile=jit_compile)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve(self, inputs):
+        """Raw sentences [batch] -> {"outputs": translations [batch], "scores": float32 [batch]}
+        (beam scores: log probability over the length penalty; greedy: log probability)."""
+        ids = source_ids(self._encoders["inputs"], inputs, self._max_length)
+        output_ids, scores = self._search(ids)
+        # As the decoder: a blank line gets an empty translation (and score 0), not a guess.
+        blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
+        outputs = self._encoders["targets"].decode_in_graph(output_ids)
+        return {"outputs": tf.where(blank, "", outputs), "scores": tf.where(blank, 0.0, scores)}
+
+
+def check_export_dir(export_dir: str, overwrite: bool = False):
+    """Raises ExportError if export_dir holds something and overwrite is off."""
+    if tf.io.gfile.exists(export_dir) and tf.io.gfile.listdir(export_dir) and not overwrite:
+        raise ExportError(f"--export_dir={export_dir} is not empty: choose another folder (for "
+                          f"TensorFlow Serving, a new version number) or pass --overwrite")
+
+
+def save_atomically(module, export_dir: str, write_extras=None):
+    """Saves to export_dir + ".tmp" and renames it to export_dir when complete, so a folder
+    named export_dir is always a whole SavedModel (TensorFlow Serving may be watching the parent
+    folder for new versions). `write_extras(folder)` adds files before the rename."""
+    export_dir = export_dir.rstrip("/")
+    temporary = export_dir + TEMPORARY_SUFFIX
+    if tf.io.gfile.exists(temporary):
+        tf.io.gfile.rmtree(temporary)
+    tf.saved_model.save(module, temporary, signatures={SIGNATURE_NAME: module.serve})
+    if write_extras:
+        write_extras(temporary)
+    if tf.io.gfile.exists(export_dir):
+        tf.io.gfile.rmtree(export_dir)  # empty, or --overwrite
+    tf.io.gfile.rename(temporary, export_dir)
+
+
+def ops_needing_xla(export_dir: str) -> list:
+    """The op types of a SavedModel that TensorFlow runs only by compiling them with XLA (the
+    tf2xla "Xla*" ops), sorted; empty for a graph any TensorFlow Serving build can run."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    saved_model = saved_model_pb2.SavedModel()
+    with tf.io.gfile.GFile(tf.io.gfile.join(export_dir, "saved_model.pb"), "rb") as handle:
+        saved_model.ParseFromString(handle.read())
+    graph = saved_model.meta_graphs[0].graph_def
+    nodes = list(graph.node) + [node for function in graph.library.function
+                                for node in function.node_def]
+    return sorted({node.op for node in nodes if node.op.startswith("Xla")})
+
+
+def export(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
+           export_dir: str, decode_hparams=decoder.DecodeHParams(), checkpoint_path: str = None,
+           jit_compile: bool = False, overwrite: bool = False) -> str:
+    """Exports the checkpoint (default: the latest in output_dir) as a SavedModel with the
+    "serving_default" signature, and hparams.json beside it; returns the checkpoint path."""
+    check_export_dir(export_dir, overwrite)
+    problem = registry.problem(problem_name)
+    encoders = problem.feature_encoders(data_dir)
+    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
+    model = decoder.load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
+                               checkpoint_path)
+    module = ServingModule(model, encoders, decode_hparams, problem.max_length, jit_compile)
+
+    def write_description(folder):
+        trainer.save_run_description(folder, problem_name, model_name, hparams)
+
+    save_atomically(module, export_dir, write_description)
+    search_hparams = {name: value for name, value in dataclasses.asdict(decode_hparams).items()
+                      if name not in ("batch_size", "jit_compile")}
+    logging.info("exported %s to %s (%s, XLA %s)", checkpoint_path, export_dir,
+                 json.dumps(search_hparams), "on" if jit_compile else "off")
+    xla_ops = ops_needing_xla(export_dir)
+    if xla_ops and not jit_compile:
+        logging.warning("the SavedModel uses %s, which TensorFlow runs by compiling it with XLA: "
+                        "start TensorFlow Serving with --xla_cpu_compilation_enabled=true (or "
+                        "export with --decode_hparams=use_cache=false, slower)",
+                        ", ".join(xla_ops))
+    return checkpoint_path
