@@ -1,0 +1,655 @@
+"""The OpenNMT-tf peer: the comparison Transformer trained and scored by OpenNMT-tf 2.32 / TF 2.13.
+
+  python benchmarks/peers/opennmt_tf/run.py --data_dir=D --work_dir=W
+      (--train_steps=N | --train_minutes=M) [--warmup_steps=400 --learning_rate_constant=0.5]
+      [--save_every=100 --average_last=3 --decode] [--log_every=25] [--output_json=F]
+
+1. Environment: OpenNMT-tf needs TensorFlow 2.13, which needs Python 3.10 or 3.11. A virtual
+   environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1 and the sacrebleu and
+   sentencepiece versions of this Python is created in --venv_dir once and reused. Without a
+   Python 3.10 or 3.11 the program says so and exits with status 3, so that callers can leave the
+   peer's row out.
+2. Data: the sentence pairs that t2t_lite's `translate_multi30k_deen` reads (the problem's own
+   `generate_samples` on --tmp_dir; pairs with an empty side skipped, as its datagen does),
+   tokenized with the SentencePiece model that t2t_lite's datagen trained in --data_dir, written
+   one sentence a line as space-separated pieces for OpenNMT-tf's default SpaceTokenizer, and
+   a vocabulary in OpenNMT-tf's format: <blank>, <s>, </s>, then the model's pieces.
+3. Training: `transformer_small` (t2t_lite's registered set, with the caller's warmup and
+   constant) as an OpenNMT-tf custom model and configuration (README.md has the table), for
+   --train_steps updates (`train.max_step`) or --train_minutes of training, whichever comes
+   first (timed_train.py), a checkpoint every --save_every updates.
+4. Throughput from OpenNMT-tf's own log lines
+       Step = 100 ; steps/s = 1.20, tokens/s = 7600 (3800 source, 3800 target) ; Learning rate
+       = 0.000625 ; Loss = 4.123456
+   (one line every --log_every updates; each covers the updates since the previous line, and
+   the first 2 updates and checkpoint saves are left out by OpenNMT-tf): medians over the lines
+   whose window starts after --skip_steps.
+5. With --decode: the last --average_last checkpoints averaged (`onmt-main average_checkpoints`),
+   test_2016_flickr translated with beam 4 and length penalty 0.6 (`onmt-main infer`), the
+   pieces detokenized with the same SentencePiece model and scored by t2t_lite's own
+   `decoder.score` (sacreBLEU, default settings) against the raw English lines.
+
+What was checked in OpenNMT-tf 2.32's source:
+- Schedule. `opennmt.schedules.NoamDecay(scale, model_dim, warmup_steps)` at Keras optimizer
+  iteration i (0 before the first update) returns, with s = i + 1,
+      scale * model_dim^-0.5 * min(s^-0.5, s * warmup^-1.5),
+  wrapped in `ScheduleWrapper` (start_step 0, step_duration 1, minimum 0: no change).
+  t2t_lite's `transformer_base` schedule at update s (counted from 1) is
+      constant * min(1, s / warmup) * rsqrt(max(s, warmup)) * d^-0.5,
+  and min(1, s/w) * max(s, w)^-0.5 = s * w^-1.5 for s < w and s^-0.5 for s >= w, so with
+  scale = learning_rate_constant and model_dim = hidden_size the two are equal at every update
+  (both count updates from 1). OpenNMT-tf logs `learning_rate(iterations)` after update k, the
+  rate of update k + 1; run.py compares each logged rate with t2t_lite's
+  `schedules.learning_rate(k + 1)` and reports the largest difference
+  (`learning_rate_max_abs_diff`, limited by the log's 6 decimals).
+- Token counts. `TrainingStats._update_words_counter` sums `features["length"]`. The source is
+  read with `source_sequence_controls: {end: true}`, so its length is pieces + </s>, as
+  t2t_lite's source (pieces + EOS). The target inputter in decoder mode has ids <s> w1 .. wn,
+  ids_out w1 .. wn </s> and length n + 1: pieces + </s>, as t2t_lite's non-pad target tokens
+  (pieces + EOS). So "target words/s" counts the same tokens as t2t_lite's target tokens/s,
+  end-of-sentence included, padding not. The same lengths decide `maximum_features_length` /
+  `maximum_labels_length` (100), as t2t_lite's max_length drops an example when
+  max(source, target) including EOS exceeds 100.
+- Length penalty. `BeamSearch._get_scores` divides log probabilities by
+  ((5 + (sequence_length + 1)) / 6)^length_penalty, sequence_length counting the tokens
+  before the current one: GNMT's ((5 + |Y|) / 6)^alpha with |Y| including the final </s>, as
+  t2t_lite's `length_penalty(t + 1, alpha)` at decoding step t.
+- Loss. OpenNMT-tf's label-smoothed cross entropy gives 1 - eps to the right class and
+  eps / (V - 1) to the others, as t2t; t2t subtracts the loss floor (the entropy of that
+  distribution), OpenNMT-tf does not, so `final_loss_minus_floor` is the number to put beside
+  t2t_lite's loss (V = 8193 here: OpenNMT-tf adds <s> and its own <unk> bucket).
+"""
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags, registry
+
+from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
+from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.training import losses, schedules  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+DEFAULT_TMP_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
+DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "opennmt_tf")
+TIMED_TRAIN = os.path.join(HERE, "timed_train.py")
+PROBLEM = "translate_multi30k_deen"
+HPARAMS_SET = "transformer_small"
+OPENNMT_TF_VERSION = "2.32.0"
+TENSORFLOW_VERSION = "2.13.1"
+SUPPORTED_PYTHONS = ("3.11", "3.10")  # TensorFlow 2.13 has wheels for 3.8 to 3.11
+REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
+NO_PYTHON_EXIT_STATUS = 3
+DECODE = decoder.DecodeHParams()  # t2t_lite's defaults: beam 4, alpha 0.6, 32 sentences a batch
+
+flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
+                    "SentencePiece model and test text); generated from --tmp_dir if absent.")
+flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
+flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
+                    "outputs.")
+flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "OpenNMT-tf's virtual environment (created "
+                    "when missing, reused when present).")
+flags.DEFINE_string("python", None, "Python 3.10 or 3.11 to create the environment with "
+                    "(default: the first python3.11 or python3.10 on PATH or under pyenv).")
+flags.DEFINE_integer("train_steps", 0, "Stop after this many updates (train.max_step; 0: no "
+                     "limit).")
+flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
+                   "limit).")
+flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
+                     "transformer_small's).")
+flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
+                   "(default: transformer_small's).")
+flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
+                     "(train.save_checkpoints_steps).")
+flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
+                     "one as it is).")
+flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
+                     "0.6) and score it with sacreBLEU.")
+flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
+                     "all 1,000).")
+flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
+flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
+                     "left out of the throughput (warm-up).")
+flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
+                     "batches to multiples of 8).")
+flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
+flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
+flags.mark_flags_as_required(["data_dir", "work_dir"])
+
+
+class PeerError(ValueError):
+    """A step of the peer failed; the message says which and where its log is."""
+
+
+# --- Environment -------------------------------------------------------------------------------
+
+def python_version(executable: str):
+    """The version ("3.11") of a Python that runs and can create virtual environments, else
+    None."""
+    try:
+        result = subprocess.run(
+            [executable, "-c",
+             "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def find_python(requested: str = None):
+    """The first Python 3.11 or 3.10 that works: --python, else python3.11 and python3.10 on
+    PATH, else pyenv's versions (pyenv's shims on PATH fail for versions not selected)."""
+    if requested:
+        candidates = [requested]
+    else:
+        pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+        candidates = [f"python{version}" for version in SUPPORTED_PYTHONS]
+        for version in SUPPORTED_PYTHONS:
+            versions_dir = os.path.join(pyenv_root, "versions")
+            names = os.listdir(versions_dir) if os.path.isdir(versions_dir) else []
+            for name in sorted(names, reverse=True):
+                if name.startswith(version + "."):
+                    candidates.append(os.path.join(versions_dir, name, "bin", f"python{version}"))
+    for candidate in candidates:
+        executable = shutil.which(candidate) or candidate
+        if os.path.isfile(executable) and python_version(executable) in SUPPORTED_PYTHONS:
+            return executable
+    return None
+
+
+def requirements() -> list:
+    """OpenNMT-tf and TensorFlow pinned; sacrebleu and sentencepiece at this Python's versions
+    (t2t_lite's setup.py pins), so that both environments tokenize and score alike."""
+    return [f"opennmt-tf=={OPENNMT_TF_VERSION}", f"tensorflow-cpu=={TENSORFLOW_VERSION}",
+            f"sacrebleu=={metadata.version('sacrebleu')}",
+            f"sentencepiece=={metadata.version('sentencepiece')}"]
+
+
+def ensure_environment(venv_dir: str, requested_python: str = None) -> str:
+    """The environment's Python, after creating the environment or completing its install if
+    needed. Exits with status 3 when it must be created and no Python 3.10 or 3.11 exists."""
+    venv_python = os.path.join(venv_dir, "bin", "python")
+    marker = os.path.join(venv_dir, REQUIREMENTS_MARKER)
+    wanted = "\n".join(requirements()) + "\n"
+    if os.path.exists(marker) and os.path.exists(venv_python):
+        with open(marker, encoding="utf-8") as handle:
+            if handle.read() == wanted:
+                return venv_python
+    if not os.path.exists(venv_python) or python_version(venv_python) not in SUPPORTED_PYTHONS:
+        python = find_python(requested_python)
+        if python is None:
+            where = requested_python or "python3.11, python3.10 (PATH) or pyenv's versions"
+            print(f"OpenNMT-tf peer skipped: it needs Python 3.10 or 3.11 for TensorFlow "
+                  f"{TENSORFLOW_VERSION}, and none was found ({where}). Install one (e.g. "
+                  f"`pyenv install 3.11`) or pass --python.", file=sys.stderr)
+            sys.exit(NO_PYTHON_EXIT_STATUS)
+        if os.path.isdir(venv_dir) and os.listdir(venv_dir) and not os.path.exists(
+                os.path.join(venv_dir, "pyvenv.cfg")):
+            raise PeerError(f"--venv_dir={venv_dir} is a folder with files but no virtual "
+                            "environment: choose a new or empty folder")
+        print(f"creating OpenNMT-tf's environment in {venv_dir} with {python} (once)", flush=True)
+        run_checked([python, "-m", "venv", "--clear", venv_dir],
+                    "creating the virtual environment")
+    print(f"installing {' '.join(requirements())} into {venv_dir}", flush=True)
+    run_checked([venv_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                 *requirements()], "pip install")
+    with open(marker, "w", encoding="utf-8") as handle:
+        handle.write(wanted)
+    return venv_python
+
+
+def installed_versions(venv_python: str) -> dict:
+    code = ("from importlib.metadata import version; import sys; "
+            "print(version('OpenNMT-tf'), version('tensorflow-cpu'), sys.version.split()[0])")
+    output = subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    return dict(zip(("opennmt_tf", "tensorflow", "python"), output))
+
+
+def run_checked(command: list, what: str):
+    if subprocess.run(command).returncode:
+        raise PeerError(f"{what} failed: {' '.join(command)}")
+
+
+# --- Data: the problem's sentence pairs as SentencePiece pieces ---------------------------------
+
+class PieceTokens:
+    """SentencePiece ids <-> the space-separated tokens of OpenNMT-tf's files.
+
+    A piece id's token is the piece itself, or `<piece_ID>` for a piece that a whitespace split
+    would cut or drop (this model has a tab and a no-break space piece). The control pieces
+    (<pad>, </s>) and <unk> have no token of their own: OpenNMT-tf has its own <blank>, </s> and
+    <unk>.
+    """
+
+    RESERVED = ("<blank>", "<s>", "</s>")  # ids 0, 1, 2 of every OpenNMT-tf vocabulary
+    UNKNOWN = "<unk>"  # OpenNMT-tf's out-of-vocabulary bucket, the id after the file's
+
+    def __init__(self, vocabulary):
+        self.processor = vocabulary.processor
+        self.tokens = []
+        for piece_id in range(self.processor.get_piece_size()):
+            piece = self.processor.id_to_piece(piece_id)
+            if self.processor.is_control(piece_id) or self.processor.is_unknown(piece_id):
+                self.tokens.append(None)
+            elif not piece or any(char.isspace() or not char.isprintable() for char in piece):
+                self.tokens.append(f"<piece_{piece_id}>")
+            else:
+                self.tokens.append(piece)
+        self.ids = {token: i for i, token in enumerate(self.tokens) if token is not None}
+        named = [token for token in self.tokens if token is not None]
+        if len(self.ids) != len(named) or set(self.RESERVED + (self.UNKNOWN,)) & set(named):
+            raise PeerError("the SentencePiece model has pieces that collide with OpenNMT-tf's "
+                            "special tokens or with each other")
+        self.ids[self.UNKNOWN] = self.processor.unk_id()
+
+    def encode(self, text: str) -> str:
+        return " ".join(self.tokens[i] or self.UNKNOWN for i in self.processor.encode(text))
+
+    def decode(self, line: str) -> str:
+        return self.processor.decode([self.ids[token] for token in line.split(" ") if token])
+
+    def write_vocabulary(self, path: str) -> int:
+        """OpenNMT-tf's vocabulary file (the format `onmt-build-vocab --from_format
+        sentencepiece` writes): <blank>, <s>, </s>, then one token a line. Returns OpenNMT-tf's
+        vocabulary size (the file's lines + <unk>)."""
+        lines = list(self.RESERVED) + [token for token in self.tokens if token is not None]
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(token + "\n" for token in lines)
+        return len(lines) + 1
+
+
+def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_sentences: int = 0):
+    """Tokenized train / dev / test source files and the vocabulary in `out_dir`. Returns
+    their paths, the number of pairs of each split, the vocabulary size and the test references
+    (the first `test_sentences` if not 0), and the PieceTokens."""
+    os.makedirs(out_dir, exist_ok=True)
+    pieces = PieceTokens(problem.feature_encoders(data_dir)["inputs"])
+    paths = {"vocabulary": os.path.join(out_dir, "vocab.txt"), "counts": {}}
+    paths["vocabulary_size"] = pieces.write_vocabulary(paths["vocabulary"])
+    for split in (TRAIN, DEV):
+        names = {side: os.path.join(out_dir, f"{split}.{side}") for side in ("source", "target")}
+        count = 0
+        with open(names["source"], "w", encoding="utf-8") as source, \
+                open(names["target"], "w", encoding="utf-8") as target:
+            for sample in problem.generate_samples(data_dir, tmp_dir, split):
+                if not sample["inputs"].strip() or not sample["targets"].strip():
+                    continue  # t2t_lite's datagen skips these pairs (SplitStats.keep)
+                source.write(pieces.encode(sample["inputs"]) + "\n")
+                target.write(pieces.encode(sample["targets"]) + "\n")
+                count += 1
+        paths[split] = names
+        paths["counts"][split] = count
+    test = problem.text_paths(data_dir, "test")
+    paths["test_source"] = os.path.join(out_dir, "test.source")
+    sources, references = (decoder.read_lines(test[feature]) for feature in ("inputs", "targets"))
+    if test_sentences:
+        sources, references = sources[:test_sentences], references[:test_sentences]
+    decoder.write_lines(paths["test_source"], [pieces.encode(line) for line in sources])
+    paths["test_references"] = references
+    return paths, pieces
+
+
+# --- OpenNMT-tf's model and configuration -------------------------------------------------------
+
+def check_representable(hparams):
+    """The hparams that OpenNMT-tf's Transformer and NoamDecay can express, or an error."""
+    schedule = tuple(hparams.learning_rate_schedule)
+    if schedule not in (("constant", "linear_warmup", "rsqrt_decay", "rsqrt_hidden_size"),
+                        ("constant", "noam")):
+        raise PeerError(f"learning_rate_schedule {'*'.join(schedule)} has no NoamDecay form")
+    if (hparams.layer_preprocess_sequence, hparams.layer_postprocess_sequence) not in (
+            ("n", "da"), ("none", "dan")):
+        raise PeerError("only pre-norm (n/da) and post-norm (none/dan) map onto OpenNMT-tf")
+    if not hparams.shared_embedding_and_softmax_weights:
+        raise PeerError("the comparison shares source, target and softmax embeddings")
+
+
+def model_file_text(hparams) -> str:
+    """OpenNMT-tf's custom model definition (`onmt-main --model`) for the hparams."""
+    encoder_layers = hparams.num_encoder_layers or hparams.num_hidden_layers
+    decoder_layers = hparams.num_decoder_layers or hparams.num_hidden_layers
+    return f'''"""t2t_lite's {HPARAMS_SET} as an OpenNMT-tf Transformer (written by run.py)."""
+import opennmt
+
+
+def model():
+    return opennmt.models.Transformer(
+        source_inputter=opennmt.inputters.WordEmbedder(embedding_size={hparams.hidden_size}),
+        target_inputter=opennmt.inputters.WordEmbedder(embedding_size={hparams.hidden_size}),
+        num_layers=({encoder_layers}, {decoder_layers}),
+        num_units={hparams.hidden_size},
+        num_heads={hparams.num_heads},
+        ffn_inner_dim={hparams.filter_size},
+        dropout={hparams.layer_prepostprocess_dropout},
+        attention_dropout={hparams.attention_dropout},
+        ffn_dropout={hparams.relu_dropout},
+        pre_norm={hparams.layer_preprocess_sequence == "n"},
+        share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL,
+        mha_bias=False,  # t2t's attention projections have no bias
+        output_layer_bias=False,  # t2t's softmax is the shared embedding matrix, no bias
+    )
+'''
+
+
+def onmt_config(hparams, paths: dict, model_dir: str) -> dict:
+    """OpenNMT-tf's run configuration (no --auto_config: its defaults would add gradient
+    accumulation to 25,000 tokens, LazyAdam and beta2 0.998)."""
+    train = {
+        "batch_type": "tokens",
+        "batch_size": hparams.batch_size,
+        "maximum_features_length": hparams.max_length,
+        "maximum_labels_length": hparams.max_length,
+        "save_checkpoints_steps": FLAGS.save_every,
+        "keep_checkpoint_max": max(FLAGS.average_last, 5),
+        "save_summary_steps": FLAGS.log_every,
+        "average_last_checkpoints": 0,  # averaged in its own timed stage
+    }
+    if FLAGS.train_steps:
+        train["max_step"] = FLAGS.train_steps
+    return {
+        "model_dir": model_dir,
+        "data": {
+            "train_features_file": paths[TRAIN]["source"],
+            "train_labels_file": paths[TRAIN]["target"],
+            "eval_features_file": paths[DEV]["source"],
+            "eval_labels_file": paths[DEV]["target"],
+            "source_vocabulary": paths["vocabulary"],
+            "target_vocabulary": paths["vocabulary"],
+            "source_sequence_controls": {"start": False, "end": True},  # t2t's EOS on inputs
+        },
+        "params": {
+            "optimizer": "Adam",
+            "optimizer_params": {"beta_1": hparams.optimizer_adam_beta1,
+                                 "beta_2": hparams.optimizer_adam_beta2,
+                                 "epsilon": hparams.optimizer_adam_epsilon},
+            "learning_rate": hparams.learning_rate_constant,
+            "decay_type": "NoamDecay",
+            "decay_params": {"model_dim": hparams.hidden_size,
+                             "warmup_steps": hparams.learning_rate_warmup_steps},
+            "label_smoothing": hparams.label_smoothing,
+            "average_loss_in_time": True,  # loss / number of target tokens, as t2t
+            "beam_width": DECODE.beam_size,
+            "length_penalty": DECODE.alpha,
+            # t2t_lite allows input length + extra_length tokens; OpenNMT-tf takes one number.
+            "maximum_decoding_length": hparams.max_length + DECODE.extra_length,
+        },
+        "train": train,
+        "infer": {"batch_type": "examples", "batch_size": DECODE.batch_size,
+                  "length_bucket_width": 1},  # sorted by length, written in input order
+    }
+
+
+def yaml_text(value, indent: int = 0) -> str:
+    """A nested dict of scalars as YAML. Floats always carry a '.', since PyYAML (YAML 1.1)
+    reads 1e-09 as a string; strings are JSON-quoted, which YAML reads as they are."""
+    lines = []
+    for key, item in value.items():
+        prefix = " " * indent + f"{key}:"
+        if isinstance(item, dict):
+            lines.append(prefix + "\n" + yaml_text(item, indent + 2))
+            continue
+        if isinstance(item, bool):
+            text = "true" if item else "false"
+        elif isinstance(item, float):
+            text = repr(item)
+            mantissa, _, exponent = text.partition("e")
+            if exponent and "." not in mantissa:
+                text = f"{mantissa}.0e{exponent}"
+        elif isinstance(item, int):
+            text = str(item)
+        else:
+            text = json.dumps(item)
+        lines.append(f"{prefix} {text}")
+    return "\n".join(lines)
+
+
+# --- Running onmt-main and reading its log -------------------------------------------------------
+
+PROGRESS = re.compile(r"Step = \d+|Saved|time limit|training loop|Error")
+
+
+def run_logged(command: list, log_path: str, what: str):
+    """Runs `command` with its output into `log_path` and its progress lines echoed (without
+    the logger's prefix); returns its wall time. A failure names the log and shows its end."""
+    environment = dict(os.environ, PYTHONUNBUFFERED="1")
+    environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    start = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, env=environment)
+        for line in process.stdout:
+            log.write(line)
+            if PROGRESS.search(line):
+                print(f"  [{what}] {line.rstrip().split('] ', 1)[-1]}", flush=True)
+        status = process.wait()
+    if status:
+        with open(log_path, encoding="utf-8") as log:
+            tail = "".join(log.readlines()[-25:])
+        raise PeerError(f"{what} failed (exit status {status}); the end of {log_path}:\n{tail}")
+    return time.time() - start
+
+
+# OpenNMT-tf's log lines: "2026-01-01 10:00:00.123000: I runner.py:310] Step = 100 ; ..."
+TIMESTAMP = r"(?:(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+): .*?)?"
+LOG_LINE = re.compile(
+    TIMESTAMP + r"Step = (?P<step>\d+) ; steps/s = (?P<steps_per_s>[\d.]+), tokens/s = \d+ "
+    r"\((?P<source>\d+) source, (?P<target>\d+) target\) ; "
+    r"Learning rate = (?P<learning_rate>[-\d.e]+) ; Loss = (?P<loss>[-\d.e]+|nan|inf)")
+SAVED = re.compile(TIMESTAMP + r"Saved checkpoint \S*ckpt-(?P<step>\d+)")
+LOOP = re.compile(r"training loop: (\d+) updates in ([\d.]+) s, last loss (\S+)")
+ONMT_THROUGHPUT_WARMUP = 2  # TrainingStats(warmup_steps=2) resets its counters after updates 1, 2
+
+
+def seconds_of(timestamp):
+    if timestamp is None:
+        return None
+    return datetime.datetime.strptime(timestamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def parse_training_log(text: str) -> dict:
+    """OpenNMT-tf's throughput windows, the last checkpoint's step and the training loop's time.
+
+    A "Step = k" line reports the updates since OpenNMT-tf last reset its counters: at the
+    previous log line or checkpoint save (and after updates 1 and 2, its own warm-up). Its
+    steps/s has 2 decimals, so where both ends carry timestamps the window's steps/s is
+    recomputed from them: (k - start step) / (time - start time), the start being the last
+    "Step" or "Saved checkpoint" line before it from update 2 on. Each window is
+    {step, first_step, steps_per_s, source, target (tokens/s), learning_rate, loss}."""
+    events = []  # (position in the log, step, seconds, match or None for a save)
+    for match in LOG_LINE.finditer(text):
+        events.append((match.start(), int(match["step"]), seconds_of(match["time"]), match))
+    for match in SAVED.finditer(text):
+        events.append((match.start(), int(match["step"]), seconds_of(match["time"]), None))
+    events.sort(key=lambda event: event[0])
+    windows, start = [], None
+    for _, step, seconds, match in events:
+        if match is not None:
+            window = {key: float(match[key]) for key in
+                      ("steps_per_s", "source", "target", "learning_rate", "loss")}
+            window.update(step=step, first_step=max(start[0] + 1 if start else 1,
+                                                    ONMT_THROUGHPUT_WARMUP + 1))
+            if (start and start[0] >= ONMT_THROUGHPUT_WARMUP and start[1] and seconds
+                    and seconds > start[1]):
+                window["steps_per_s"] = (step - start[0]) / (seconds - start[1])
+            windows.append(window)
+        start = (step, seconds)
+    saved = [int(match["step"]) for match in SAVED.finditer(text)]
+    loop = LOOP.findall(text)
+    return {"windows": windows, "last_checkpoint": max(saved) if saved else 0,
+            "loop_seconds": float(loop[-1][1]) if loop else None,
+            "last_loss": float(loop[-1][2]) if loop else None}
+
+
+def throughput(windows: list, skip_steps: int) -> dict:
+    """Medians over the windows that start after `skip_steps` (None without any)."""
+    kept = [window for window in windows if window["first_step"] > skip_steps]
+    if not kept:
+        return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
+                "target_tokens_per_step": None, "throughput_windows": 0}
+    median = statistics.median
+    return {"target_tokens_per_s": median(w["target"] for w in kept),
+            "source_tokens_per_s": median(w["source"] for w in kept),
+            "steps_per_s": median(w["steps_per_s"] for w in kept),
+            "target_tokens_per_step": median(w["target"] / w["steps_per_s"] for w in kept),
+            "throughput_windows": len(kept)}
+
+
+def learning_rate_difference(windows: list, hparams):
+    """The largest |logged rate - t2t_lite's rate| (the log line after update k shows the
+    rate of update k + 1)."""
+    differences = [abs(w["learning_rate"] - float(schedules.learning_rate(w["step"] + 1, hparams)))
+                   for w in windows]
+    return max(differences) if differences else None
+
+
+def checkpoint_count(model_dir: str) -> int:
+    """How many checkpoints the model folder's `checkpoint` state lists."""
+    path = os.path.join(model_dir, "checkpoint")
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        return sum(line.startswith("all_model_checkpoint_paths") for line in handle)
+
+
+# --- The run ---------------------------------------------------------------------------------
+
+def train_and_score(venv_python: str, hparams, problem) -> dict:
+    work_dir = os.path.abspath(FLAGS.work_dir)
+    data_dir = os.path.abspath(FLAGS.data_dir)
+    model_dir = os.path.join(work_dir, "model")
+    onmt_main = [venv_python, "-m", "opennmt.bin.main"]
+    result, start = {}, time.time()
+
+    paths, pieces = prepare_data(problem, data_dir, FLAGS.tmp_dir, os.path.join(work_dir, "data"),
+                                 FLAGS.test_sentences)
+    result["train_pairs"] = paths["counts"][TRAIN]
+    config_path = os.path.join(work_dir, "config.yml")
+    model_path = os.path.join(work_dir, "model.py")
+    with open(config_path, "w", encoding="utf-8") as handle:
+        handle.write(yaml_text(onmt_config(hparams, paths, model_dir)) + "\n")
+    with open(model_path, "w", encoding="utf-8") as handle:
+        handle.write(model_file_text(hparams))
+    shutil.rmtree(model_dir, ignore_errors=True)  # a fresh model, not a continued one
+    result["prepare_seconds"] = time.time() - start
+
+    common_args = ["--config", config_path, "--model", model_path, "--seed", str(FLAGS.seed)]
+    if FLAGS.jit_compile:
+        common_args.append("--jit_compile")
+    train_log = os.path.join(work_dir, "train.log")
+    result["train_seconds"] = run_logged(
+        [venv_python, TIMED_TRAIN, str(FLAGS.train_minutes * 60)] + common_args + ["train"],
+        train_log, "train")
+    with open(train_log, encoding="utf-8") as handle:
+        log = parse_training_log(handle.read())
+    if not log["last_checkpoint"] or log["last_loss"] is None:
+        raise PeerError(f"training ended without a checkpoint or a loss; see {train_log}")
+    floor = losses.smoothed_distribution_entropy(paths["vocabulary_size"], hparams.label_smoothing)
+    result.update({
+        "steps": log["last_checkpoint"], "train_loop_seconds": log["loop_seconds"],
+        **throughput(log["windows"], FLAGS.skip_steps),
+        "final_loss": log["last_loss"], "final_loss_minus_floor": log["last_loss"] - floor,
+        "loss_floor": floor,
+        "learning_rate_max_abs_diff": learning_rate_difference(log["windows"], hparams),
+        "log_windows": log["windows"]})
+
+    if FLAGS.decode:
+        checkpoint_dir = model_dir
+        average_log = os.path.join(work_dir, "average.log")
+        count = min(FLAGS.average_last, checkpoint_count(model_dir))
+        result["averaged_checkpoints"] = max(count, 1)
+        result["average_seconds"] = 0.0
+        if count > 1:
+            checkpoint_dir = os.path.join(model_dir, "avg")
+            result["average_seconds"] = run_logged(
+                onmt_main + common_args + ["average_checkpoints", "--output_dir", checkpoint_dir,
+                                           "--max_count", str(count)], average_log, "average")
+        pieces_path = os.path.join(work_dir, "test_2016_flickr.beam4.pieces")
+        result["decode_seconds"] = run_logged(
+            onmt_main + common_args + ["--checkpoint_path", checkpoint_dir, "infer",
+                                       "--features_file", paths["test_source"],
+                                       "--predictions_file", pieces_path],
+            os.path.join(work_dir, "infer.log"), "infer")
+        hypotheses = [pieces.decode(line) for line in decoder.read_lines(pieces_path)]
+        decoder.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
+        scores = decoder.score(hypotheses, paths["test_references"])
+        result.update({"bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
+                       "bleu_text": scores["bleu_text"], "test_sentences": len(hypotheses)})
+    result["wall_seconds"] = time.time() - start
+    return result
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(result: dict, hparams):
+    limits = [f"{FLAGS.train_steps} steps"] if FLAGS.train_steps else []
+    limits += [f"{FLAGS.train_minutes:g} min"] if FLAGS.train_minutes else []
+    print(f"\n{result['toolkit']} (Python {result['python']}); {HPARAMS_SET} shape on {PROBLEM}; "
+          f"warmup {hparams.learning_rate_warmup_steps}, constant "
+          f"{hparams.learning_rate_constant:g}; limit {' / '.join(limits)}; log every "
+          f"{FLAGS.log_every}, throughput after step {FLAGS.skip_steps} "
+          f"({result['throughput_windows']} windows)")
+    header = (f"{'steps':>6}{'train s':>9}{'target tok/s':>14}{'source tok/s':>14}"
+              f"{'steps/s':>9}{'tok/step':>10}{'loss':>8}{'loss-floor':>11}{'BLEU':>7}")
+    print(header + "\n" + "-" * len(header))
+    print(f"{result['steps']:>6}{result['train_seconds']:>9.1f}"
+          f"{fmt(result['target_tokens_per_s'], '.0f'):>14}"
+          f"{fmt(result['source_tokens_per_s'], '.0f'):>14}{fmt(result['steps_per_s'], '.3f'):>9}"
+          f"{fmt(result.get('target_tokens_per_step'), '.0f'):>10}{result['final_loss']:>8.3f}"
+          f"{result['final_loss_minus_floor']:>11.3f}{fmt(result.get('bleu'), '.2f'):>7}")
+    difference = fmt(result["learning_rate_max_abs_diff"], ".1e")
+    print(f"loss: the last update's (OpenNMT-tf's label-smoothed cross entropy; loss-floor "
+          f"subtracts {result['loss_floor']:.3f} as t2t_lite's does); logged learning rates vs "
+          f"t2t_lite's schedule: max |difference| {difference} (the log has 6 decimals)")
+    if "bleu" in result:
+        print(f"{result['bleu_text']}  ({result['bleu_signature']}; averaged "
+              f"{result['averaged_checkpoints']} checkpoint(s))")
+
+
+def main(unused_argv):
+    if not FLAGS.train_steps and not FLAGS.train_minutes:
+        raise PeerError("give --train_steps or --train_minutes (or both)")
+    start = time.time()
+    venv_python = ensure_environment(os.path.expanduser(FLAGS.venv_dir), FLAGS.python)
+    setup_seconds = time.time() - start
+    versions = installed_versions(venv_python)
+
+    hparams = registry.hparams(HPARAMS_SET)
+    overrides = {"learning_rate_warmup_steps": FLAGS.warmup_steps,
+                 "learning_rate_constant": FLAGS.learning_rate_constant}
+    hparams = hparams.replace(**{k: v for k, v in overrides.items() if v is not None})
+    check_representable(hparams)
+    problem = registry.problem(PROBLEM)
+    data_dir = FLAGS.data_dir
+    test_paths = problem.text_paths(data_dir, "test").values()
+    if not os.path.exists(problem.vocab_path(data_dir)) or not all(map(os.path.exists,
+                                                                        test_paths)):
+        problem.generate_data(data_dir, FLAGS.tmp_dir)  # what t2t_lite-datagen does
+
+    result = {"toolkit": f"OpenNMT-tf {versions['opennmt_tf']} / TF {versions['tensorflow']}",
+              "python": versions["python"], "setup_seconds": setup_seconds,
+              "warmup_steps": hparams.learning_rate_warmup_steps,
+              "learning_rate_constant": hparams.learning_rate_constant,
+              "train_steps_limit": FLAGS.train_steps, "train_minutes_limit": FLAGS.train_minutes,
+              "jit_compile": FLAGS.jit_compile}
+    result.update(train_and_score(venv_python, hparams, problem))
+    print_table(result, hparams)
+    if FLAGS.output_json:
+        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {FLAGS.output_json}")
+
+
+if __name__ == "__main__":
+    common.run_main(main)
