@@ -1,5 +1,4 @@
-"""What a user watches during training: progress lines, TensorBoard scalars, and a picture of
-the learning-rate schedule.
+"""What a user watches during training: progress lines and TensorBoard scalars.
 
 Scalars are written with `tf.summary.scalar` (Keras 3's TensorBoard callback writes tensor
 summaries that some TensorBoard tools cannot read) to `output_dir/train` and `output_dir/eval`.
@@ -8,14 +7,8 @@ import os
 import time
 
 import keras
-import matplotlib
-import numpy as np
 import tensorflow as tf
 from absl import logging
-
-from t2t_lite.training.schedules import learning_rate
-
-matplotlib.use("Agg")
 
 
 def format_duration(seconds: float) -> str:
@@ -83,28 +76,3 @@ class TrainingMonitor(keras.callbacks.Callback):
                 tf.summary.scalar("accuracy", logs["val_accuracy"])
             self.eval_writer.flush()
         self.train_writer.flush()
-
-
-def write_learning_rate_picture(hparams, train_steps: int, path: str):
-    """A PNG of the hparams' learning rate over updates 1..train_steps (paper §5.3; t2t's
-    schedules), with the warmup's end and the peak marked: the picture to check before a long
-    run that the warmup fits it."""
-    import matplotlib.pyplot as plt
-    steps = np.unique(np.linspace(1, max(train_steps, 2), 500).astype(np.int64))
-    rates = learning_rate(tf.constant(steps, tf.float32), hparams).numpy()
-    warmup = hparams.learning_rate_warmup_steps
-    figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(steps, rates)
-    if warmup <= steps[-1]:
-        axes.axvline(warmup, color="gray", linestyle=":", label=f"warmup {warmup:,} steps")
-    peak = int(np.argmax(rates))
-    axes.plot(steps[peak], rates[peak], "o", label=f"peak {rates[peak]:.3g} at step "
-                                                   f"{steps[peak]:,}")
-    axes.set(xlabel="update", ylabel="learning rate",
-             title=" * ".join(hparams.learning_rate_schedule))
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path + ".tmp.png")
-    plt.close(figure)
-    os.replace(path + ".tmp.png", path)
-    return path

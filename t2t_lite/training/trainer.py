@@ -21,7 +21,8 @@ from t2t_lite import registry
 from t2t_lite.training import checkpoints, distribution
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
-from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
+from t2t_lite.training.summaries import TrainingMonitor
+from t2t_lite.visualize import write_learning_rate_picture
 
 HPARAMS_FILE = "hparams.json"
 
