@@ -7,12 +7,8 @@ The model and hparams default to those the trainer recorded in --output_dir. Wit
 --attention_dir it also draws the attention of the first --attention_sentences lines and their
 translations (t2t_lite.visualize).
 """
-from itertools import islice
-
-from t2t_lite import registry, visualize
 from t2t_lite.bin import common
-from t2t_lite.bin.common import FLAGS, flags, logging
-from t2t_lite.data import text_files
+from t2t_lite.bin.common import FLAGS, flags
 from t2t_lite.decoding import decoder
 
 common.define_problem_flags()
@@ -32,20 +28,6 @@ flags.DEFINE_integer("attention_sentences", 5, "How many sentences --attention_d
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
-def write_attention_pictures(problem_name, model_name, hparams):
-    """Draws the first input lines with the translations just written to --decode_to_file."""
-    problem = registry.problem(problem_name)
-    encoders = problem.feature_encoders(FLAGS.data_dir)
-    model = decoder.load_model(model_name, hparams, problem.vocab_size(FLAGS.data_dir),
-                               FLAGS.output_dir, FLAGS.checkpoint_path)
-    count = FLAGS.attention_sentences
-    sentences = list(islice(zip(text_files.read_lines(FLAGS.decode_from_file),
-                                text_files.read_lines(FLAGS.decode_to_file)), count))
-    paths = visualize.write_attention_pictures(model, encoders, sentences, FLAGS.attention_dir)
-    logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
-                 len(paths), FLAGS.attention_dir)
-
-
 def main(argv):
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise ValueError("--attention_dir needs --decode_from_file and --decode_to_file (it "
@@ -54,9 +36,8 @@ def main(argv):
     decode_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.decode_from_file, FLAGS.decode_to_file,
-                             FLAGS.score_reference, decode_hparams, FLAGS.checkpoint_path)
-    if FLAGS.attention_dir:
-        write_attention_pictures(problem, model_name, hparams)
+                             FLAGS.score_reference, decode_hparams, FLAGS.checkpoint_path,
+                             FLAGS.attention_dir, FLAGS.attention_sentences)
 
 
 def run():

@@ -159,8 +159,11 @@ def write_lines(path: str, lines: list):
 def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      output_dir: str, decode_from: str = None, decode_to: str = None,
                      reference: str = None, decode_hparams: DecodeHParams = DecodeHParams(),
-                     checkpoint_path: str = None):
-    """Translates every line of `decode_from`; with `reference`, returns and logs the scores."""
+                     checkpoint_path: str = None, attention_dir: str = None,
+                     attention_sentences: int = 5):
+    """Translates every line of `decode_from`; with `attention_dir`, draws the attention of the
+    first `attention_sentences` lines and their translations there (t2t_lite.visualize); with
+    `reference`, returns and logs the scores."""
     problem = registry.problem(problem_name)
     encoders = problem.feature_encoders(data_dir)
     model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
@@ -170,6 +173,12 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                             decode_from or "stdin")
     outputs = translator.translate(lines)
     write_lines(decode_to, outputs)
+    if attention_dir:
+        from t2t_lite import visualize  # matplotlib only when pictures are asked for
+        sentences = list(zip(lines, outputs))[:attention_sentences]
+        paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
+        logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
+                     len(paths), attention_dir)
     if reference is None:
         return None
     references = read_lines(reference)
