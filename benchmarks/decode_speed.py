@@ -26,6 +26,8 @@ import time
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
+import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
+
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 from absl import logging  # noqa: E402
 
@@ -133,10 +135,8 @@ def main(unused_argv):
         print(json.dumps(measure(FLAGS.mode, problem)))
         return
     prepare(problem)
-    with open("/proc/cpuinfo", encoding="utf-8") as cpu:
-        model_name = next(line.split(":", 1)[1].strip() for line in cpu
-                          if line.startswith("model name"))
-    result = {"machine": f"{model_name}, {os.cpu_count()} cores, TF {tf.__version__}",
+    host = reporting.machine()
+    result = {"machine": f"{host['cpu']}, {host['cores']} cores, TF {host['tensorflow']}",
               "modes": {}}
     for mode in FLAGS.modes:
         print(f"mode {mode} ...", flush=True)
@@ -148,9 +148,7 @@ def main(unused_argv):
         if {f"{search}_cached", f"{search}_uncached"} <= set(result["modes"])}
     print_table(result)
     if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {FLAGS.output_json}")
+        reporting.write_json(FLAGS.output_json, result)
 
 
 if __name__ == "__main__":

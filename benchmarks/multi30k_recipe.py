@@ -32,6 +32,8 @@ import time
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
+import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
+
 import keras  # noqa: E402  (after common: its quiet start)
 import tensorflow as tf  # noqa: E402
 from absl import logging  # noqa: E402
@@ -161,11 +163,9 @@ def main(unused_argv):
             rows.append(peer)
     print_table(rows)
     if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps({"train_minutes": FLAGS.train_minutes,
-                                     "train_steps": FLAGS.train_steps, "hparams": FLAGS.hparams,
-                                     "rows": rows}, indent=2) + "\n")
-        print(f"wrote {FLAGS.output_json}")
+        reporting.write_json(FLAGS.output_json, {
+            "train_minutes": FLAGS.train_minutes, "train_steps": FLAGS.train_steps,
+            "hparams": FLAGS.hparams, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -23,12 +23,13 @@ the batch tensors, over the first --num_batches batches of each pipeline: the sh
 computation spent on padding. The program fails (exit status 1) if bucketing leaves more than
 --max_bucketed_padding.
 """
-import json
 import os
 import sys
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
+
+import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 from absl import logging  # noqa: E402
@@ -166,12 +167,7 @@ def main(argv):
         "unbucketed": unbucketed,
     }
     if FLAGS.output_json:
-        directory = os.path.dirname(os.path.abspath(FLAGS.output_json))
-        os.makedirs(directory, exist_ok=True)
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
-            handle.write("\n")
-        print(f"wrote {FLAGS.output_json}")
+        reporting.write_json(FLAGS.output_json, result)
 
     if bucketed["padding_fraction"] > FLAGS.max_bucketed_padding:
         print(f"error: bucketed batches are {100 * bucketed['padding_fraction']:.1f}% padding, "

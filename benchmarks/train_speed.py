@@ -17,7 +17,6 @@ better of eager and XLA tf.matmul of 2048x2048 float32, median of runs before an
 """
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
+
+import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 
 import keras  # noqa: E402  (after common: its quiet start)
 import tensorflow as tf  # noqa: E402
@@ -127,14 +128,6 @@ def run_mode(mode, problem, hparams, vocab_size):
         "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape")} for s in steps]}
 
 
-def machine():
-    with open("/proc/cpuinfo", encoding="utf-8") as cpu, open("/proc/meminfo") as memory:
-        cpu, memory_kb = cpu.read(), re.search(r"MemTotal:\s*(\d+)", memory.read()).group(1)
-    return {"cpu": re.search(r"model name\s*: (.*)", cpu).group(1), "cores": os.cpu_count(),
-            "avx512f": " avx512f" in cpu, "memory_gb": round(int(memory_kb) / 2**20, 1),
-            "tensorflow": tf.__version__, "keras": keras.__version__}
-
-
 def print_table(result, peak):
     m, p, modes, gflops = (result[k] for k in ("machine", "parameters", "modes", "matmul_gflops"))
     print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
@@ -195,7 +188,7 @@ def main(unused_argv):
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
               "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps, "window": FLAGS.window,
-              "machine": {**machine(), "load_average_at_start": os.getloadavg()}, "modes": {}}
+              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()}, "modes": {}}
     matmuls = {name: matmul_gflops(name == "xla") for name in ("eager", "xla")}
     for mode in FLAGS.modes:
         print(f"mode {mode}: {FLAGS.warmup_steps} + {FLAGS.steps} steps", flush=True)
@@ -222,9 +215,7 @@ def main(unused_argv):
                 for mode, stats in result["modes"].items()}
             print_comparison(result)
     if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {FLAGS.output_json}")
+        reporting.write_json(FLAGS.output_json, result)
 
 
 if __name__ == "__main__":
