@@ -21,7 +21,10 @@ Why these defaults (this data is small and a CPU run is short):
   4e-3 (t2t's transformer_base schedule with d_model 256 and a short warmup) left a peer stuck
   at a loss near 5 for 1,000 steps;
 - averaging the last 3 checkpoints, 100 updates apart: the paper averaged the last 5 of
-  checkpoints 10 minutes apart; at a few hundred updates, older checkpoints are much worse.
+  checkpoints 10 minutes apart; at a few hundred updates, older checkpoints are much worse;
+- XLA only where a GPU is visible: on a CPU it compiles each of Multi30k's ~18 bucket shapes
+  (10-15 s each, minutes of a 30-minute budget) and then runs no faster (benchmarks/README.md,
+  train_speed); the peer trains without XLA too.
 """
 import json
 import os
@@ -56,7 +59,8 @@ flags.DEFINE_string("hparams", f"learning_rate_warmup_steps={WARMUP},"
                     f"learning_rate_constant={CONSTANT}", "Overrides of transformer_small.")
 flags.DEFINE_integer("save_every", 100, "Updates between checkpoints.")
 flags.DEFINE_integer("average_last", 3, "Checkpoints averaged before decoding.")
-flags.DEFINE_boolean("jit_compile", True, "Train with XLA.")
+flags.DEFINE_boolean("jit_compile", None, "Train with XLA (default: only where a GPU is "
+                     "visible; see above).")
 flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
                      "all 1,000; fewer only for a quick check, not for a result).")
 flags.DEFINE_boolean("compare", False, "Also run the OpenNMT-tf peer with the same budget.")
@@ -80,6 +84,12 @@ class TimeLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def use_xla() -> bool:
+    if FLAGS.jit_compile is not None:
+        return FLAGS.jit_compile
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
 def run_t2t_lite(problem, data_dir, output_dir):
     times = {}
     start = time.time()
@@ -88,7 +98,7 @@ def run_t2t_lite(problem, data_dir, output_dir):
                   trainer.RunConfig(train_steps=FLAGS.train_steps, eval_every=FLAGS.save_every * 5,
                                     eval_steps=20, save_checkpoints_steps=FLAGS.save_every,
                                     keep_checkpoint_max=max(FLAGS.average_last, 5),
-                                    log_every_steps=25, jit_compile=FLAGS.jit_compile),
+                                    log_every_steps=25, jit_compile=use_xla()),
                   callbacks=[TimeLimit(FLAGS.train_minutes)] if FLAGS.train_minutes else [])
     times["train_seconds"] = time.time() - start
     steps = int(tf.train.latest_checkpoint(output_dir).rsplit("-", 1)[1])
@@ -114,7 +124,8 @@ def run_t2t_lite(problem, data_dir, output_dir):
     scores = decoder.score(hypotheses, references)
     return {"toolkit": f"t2t_lite (TF {tf.__version__}, Keras {keras.__version__})",
             "steps": steps, "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
-            "averaged_checkpoints": min(FLAGS.average_last, available), **times}
+            "averaged_checkpoints": min(FLAGS.average_last, available), "xla": use_xla(),
+            **times}
 
 
 def run_peer(data_dir):

@@ -3,8 +3,8 @@
   python benchmarks/train_speed.py --data_dir=D [--hparams_set=transformer_small] [--steps=60]
 
 Each mode trains a fresh model as the trainer does (TrainingSteps, forward/backward XLA-compiled
-or not) on the real training batches, timing each step. XLA compiles once per
-padded batch shape: steps with a new shape count in "compile s" (time - median step time), not in
+or not) on the real training batches, timing each step. XLA compiles once per padded batch
+shape: under XLA, steps with a new shape count in "compile s" (time - median step time), not in
 the rates (medians over windows of --window timed steps of real tokens, or steps, per second).
 
 MFU = model FLOP/s / matmul FLOP/s, by the 6 · parameters · tokens estimate (2 FLOPs forward and
@@ -44,13 +44,20 @@ flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
 flags.DEFINE_integer("steps", 60, "Timed training steps per mode.")
 flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per mode before the timed ones.")
 flags.DEFINE_integer("window", 10, "Steps per timing window.")
-flags.DEFINE_list("modes", ["xla", "no_xla"], "xla: forward/backward under jit_compile; no_xla.")
+MODES = {  # name: (XLA, hparams.length_bucketing)
+    "xla": (True, "longer"),
+    "no_xla": (False, "longer"),
+    "no_xla_each": (False, "each"),  # source and target lengths bucketed apart: less padding
+}
+flags.DEFINE_list("modes", ["xla", "no_xla"], "Of: " + ", ".join(
+    f"{name} (XLA {'on' if xla else 'off'}, length_bucketing={bucketing})"
+    for name, (xla, bucketing) in MODES.items()))
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.DEFINE_boolean("compare", False, "Also train OpenNMT-tf (benchmarks/peers/opennmt_tf) "
                      "for --warmup_steps + --steps with the same configuration and data.")
 flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder.")
 flags.mark_flags_as_required(["data_dir"])
-flags.register_validator("modes", lambda modes: set(modes) <= {"xla", "no_xla"}, "xla or no_xla")
+flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), ", ".join(MODES))
 
 
 def parameter_counts(model):
@@ -92,11 +99,13 @@ def timed_steps(training_steps, dataset, count):
 
 
 def run_mode(mode, problem, hparams, vocab_size):
+    xla, bucketing = MODES[mode]
+    hparams = hparams.replace(length_bucketing=bucketing)
     keras.backend.clear_session()
     keras.utils.set_random_seed(1)
     model = trainer.build_model("transformer", hparams, vocab_size)
     training_steps = TrainingSteps(model, trainer.make_optimizer(hparams), hparams,
-                                   jit_compile=(mode == "xla"))
+                                   jit_compile=xla)
     steps = timed_steps(training_steps,
                         problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1),
                         FLAGS.warmup_steps + FLAGS.steps)
@@ -104,11 +113,14 @@ def run_mode(mode, problem, hparams, vocab_size):
     for step in steps:
         step["new_shape"] = tuple(step["shape"]) not in seen
         seen.add(tuple(step["shape"]))
+        # XLA compiles every new shape; without it the trace turns shape-generic after the
+        # first few shapes (reduce_retracing), within the warm-up.
+        step["compiles"] = step["new_shape"] and xla
     timed = steps[FLAGS.warmup_steps:]
-    steady = [step for step in timed if not step["new_shape"]]
+    steady = [step for step in timed if not step["compiles"]]
     if not steady:
         raise ValueError("every timed step had a new batch shape: use more --steps")
-    typical = statistics.median(step["seconds"] for step in steps if not step["new_shape"])
+    typical = statistics.median(step["seconds"] for step in steps if not step["compiles"])
     size = min(FLAGS.window, len(steady))
     windows = [steady[i:i + size] for i in range(0, len(steady) - size + 1, size)]
 
@@ -123,9 +135,10 @@ def run_mode(mode, problem, hparams, vocab_size):
         "steps_per_s": statistics.median(rates(lambda s: 1)),
         "padding_fraction": 1 - real / sum(s["tensor"] for s in timed), "step_median_s": typical,
         "warmup_seconds": sum(step["seconds"] for step in steps[:FLAGS.warmup_steps]),
-        "compile_seconds": sum(s["seconds"] - typical for s in steps if s["new_shape"]),
+        "compile_seconds": sum(s["seconds"] - typical for s in steps if s["compiles"]),
         "distinct_shapes": len(seen), "new_shapes_in_timed_steps": len(timed) - len(steady),
-        "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape")} for s in steps]}
+        "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape", "compiles")}
+                  for s in steps]}
 
 
 def print_table(result, peak):
@@ -134,11 +147,11 @@ def print_table(result, peak):
           f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.warmup_steps} warm-up + {FLAGS.steps} "
           f"timed steps a mode; fp32 matmul 2048^2: {gflops['eager']:.0f} GFLOP/s eager, "
           f"{gflops['xla']:.0f} XLA")
-    header = (f"{'mode':<7} {'target tok/s':>12} {'best':>6} {'source tok/s':>12} {'steps/s':>8} "
+    header = (f"{'mode':<11} {'target tok/s':>12} {'best':>6} {'source tok/s':>12} {'steps/s':>8} "
               f"{'padding':>8} {'warm-up s':>9} {'compile s':>9} {'shapes':>6} {'MFU':>6}")
     print(header + "\n" + "-" * len(header))
     for mode, s in modes.items():
-        print(f"{mode:<7} {s['target_tokens_per_s']:>12.0f} "
+        print(f"{mode:<11} {s['target_tokens_per_s']:>12.0f} "
               f"{max(s['window_target_tokens_per_s']):>6.0f} {s['source_tokens_per_s']:>12.0f} "
               f"{s['steps_per_s']:>8.2f} {100 * s['padding_fraction']:>7.1f}% "
               f"{s['warmup_seconds']:>9.1f} {s['compile_seconds']:>9.1f} "

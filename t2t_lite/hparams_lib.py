@@ -19,6 +19,7 @@ LEARNING_RATE_FACTORS = (
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("float32", "bfloat16", "float16")
+LENGTH_BUCKETING = ("longer", "each")
 
 
 class HParamsError(ValueError):
@@ -75,6 +76,11 @@ class HParams:
     max_length: int = 256                    # training drops longer examples
     min_length_bucket: int = 8
     length_bucket_step: float = 1.1
+    # "longer": t2t's, an example's length is the longer of source and target, one batch shape
+    # per bucket (XLA compiles once per bucket). "each": source and target lengths bucketed
+    # separately on the same boundaries: on Multi30k 0.6% padding instead of 6.8%, but a batch
+    # shape per pair of buckets (~300): for training without XLA.
+    length_bucketing: str = "longer"
 
     def __post_init__(self):
         check = _Checker(self)
@@ -97,6 +103,7 @@ class HParams:
                                    f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
         check.one_of("timing_signal", TIMING_SIGNALS)
         check.one_of("mixed_precision", MIXED_PRECISION)
+        check.one_of("length_bucketing", LENGTH_BUCKETING)
         for factor in self.learning_rate_schedule:
             if factor not in LEARNING_RATE_FACTORS:
                 raise HParamsError(f"learning_rate_schedule: unknown factor {factor!r}; "

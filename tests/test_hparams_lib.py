@@ -39,6 +39,7 @@ def test_mistyped_override_names_the_key_and_the_expected_type(override, expecte
     ("num_heads=7", "not divisible"),
     ("layer_postprocess_sequence=dx", "layer_postprocess_sequence"),
     ("timing_signal=rotary", "timing_signal"),
+    ("length_bucketing=both", "length_bucketing=.both.: expected one of"),
     ("learning_rate_schedule=constant*cosine", "unknown factor 'cosine'"),
     ("attention_dropout=1.5", "attention_dropout"),
 ])

@@ -219,6 +219,10 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
             checkpoints.restore(latest, model, optimizer)
             logging.info("resuming from %s", latest)
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=config.jit_compile)
+    if config.jit_compile and hparams.length_bucketing == "each":
+        logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
+                        "and target buckets (hundreds of shapes); length_bucketing=longer has "
+                        "one shape per bucket, or train with --nojit_compile")
     step = int(optimizer.iterations.numpy())
     if step >= config.train_steps:
         logging.info("already trained %d of %d steps", step, config.train_steps)

@@ -65,3 +65,55 @@ def test_padding_fraction_counts_zeros():
     batch = {"inputs": tf.constant([[3, 4, 0, 0]]), "targets": tf.constant([[5, 0, 0, 0]])}
     dataset = tf.data.Dataset.from_tensors(batch)
     assert pipeline.padding_fraction(dataset, 1) == pytest.approx(5 / 8)
+
+
+def write_pairs(tmp_path, pairs):
+    """Examples with the given (source length, target length) pairs, ids 2-8."""
+    rng = np.random.default_rng(1)
+    examples = [{"inputs": rng.integers(2, 9, size=s).tolist(),
+                 "targets": rng.integers(2, 9, size=t).tolist()} for s, t in pairs]
+    paths = records.shard_paths(str(tmp_path), "toy-train", 2)
+    records.write_shards(iter(examples), paths)
+    return str(tmp_path / "toy-train-*")
+
+
+def independent_lengths(count):
+    rng = np.random.default_rng(2)
+    sources = rng.integers(9, 23, size=count)
+    return [(int(s), int(max(1, s + d))) for s, d in zip(sources, rng.integers(-4, 5, count))]
+
+
+def test_each_length_bucketing_pads_each_feature_to_its_own_boundary(tmp_path):
+    pattern = write_pairs(tmp_path, independent_lengths(800))
+    hparams = HParams(batch_size=64, max_length=24, length_bucketing="each")
+    boundaries = pipeline.bucket_boundaries(24) + [24]
+    shapes = set()
+    for batch in pipeline.batched_dataset(pattern, hparams, training=True, seed=3).take(80):
+        rows = batch["inputs"].shape[0]
+        widths = {}
+        for name in ("inputs", "targets"):
+            width = batch[name].shape[1]
+            assert width in boundaries
+            lengths = tf.math.count_nonzero(batch[name], axis=1).numpy()
+            below = max([b for b in boundaries if b < width], default=0)
+            assert all(below < n <= width for n in lengths), (name, width, lengths)
+            widths[name] = width
+        assert rows == max(1, 64 // max(widths.values()))  # the longer side's batch size
+        shapes.add((rows, widths["inputs"], widths["targets"]))
+    assert any(i != t for _, i, t in shapes)  # sources and targets padded apart
+
+
+def test_each_length_bucketing_keeps_every_example_and_pads_less(tmp_path):
+    pairs = independent_lengths(400) + [(30, 3), (3, 30)]  # the last two are over max_length
+    pattern = write_pairs(tmp_path, pairs)
+    seen = {}
+    for bucketing in ("longer", "each"):
+        hparams = HParams(batch_size=64, max_length=24, length_bucketing=bucketing)
+        dataset = pipeline.batched_dataset(pattern, hparams, training=False)
+        seen[bucketing] = sorted(
+            (int(s), int(t)) for batch in dataset for s, t in zip(
+                tf.math.count_nonzero(batch["inputs"], axis=1).numpy(),
+                tf.math.count_nonzero(batch["targets"], axis=1).numpy()))
+        seen[bucketing + " padding"] = pipeline.padding_fraction(dataset, 1000)
+    assert seen["each"] == seen["longer"] == sorted(p for p in pairs if max(p) <= 24)
+    assert seen["each padding"] < seen["longer padding"] / 3

@@ -1,0 +1,257 @@
+"""Where a training step's time goes: the ops, the input pipeline, thread settings, precision.
+
+  python benchmarks/profile_step.py --data_dir=D [--hparams_set=transformer_small]
+      [--steps=10] [--output_json=F]
+
+The profile that train_speed's numbers call for, on translate_multi30k_deen, without XLA (XLA
+fuses the step into clusters whose time the profiler cannot split by operation):
+
+1. Ops: --steps training steps (after --warmup_steps) under `tf.profiler`, converted by the
+   profiler's own `framework_op_stats` tool into self time per operation type, and grouped
+   (matrix multiplies, the softmax and loss over the vocabulary, dropout's random numbers, ...).
+   The matrix multiplies' rate is their FLOPs (from the batch shapes, as train_speed counts them
+   plus the attention-score products) over their self time, next to the float32 rate of a
+   2048 x 2048 matmul measured in the same run.
+2. Input pipeline: batches per second that `problem.dataset("train", training=True)` delivers
+   on its own, against training steps per second.
+3. Variants, each in its own process on the same seeded batches: TensorFlow's intra-op and
+   inter-op thread pools (0 = TensorFlow's choice) and mixed_precision=bfloat16.
+
+Prints the tables and writes the JSON; the numbers compare only within one run on one machine.
+"""
+import collections
+import glob
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS, flags, registry
+
+import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
+
+import keras  # noqa: E402  (after common: its quiet start)
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa: E402
+
+from t2t_lite.training import trainer  # noqa: E402
+from t2t_lite.training.step import TrainingSteps  # noqa: E402
+
+import train_speed  # noqa: E402  (matmul_gflops, beside this script)
+
+DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
+PROBLEM = "translate_multi30k_deen"
+VARIANTS = {  # name: (intra-op threads, inter-op threads, hparams overrides)
+    "default threads": (0, 0, ""),
+    "intra 2, inter 1": (2, 1, ""),
+    "intra 1, inter 2": (1, 2, ""),
+    "intra 1, inter 1": (1, 1, ""),
+    "bfloat16": (0, 0, "mixed_precision=bfloat16"),
+}
+# Operation types (TensorFlow's and oneDNN's names), first match wins.
+GROUPS = [
+    ("matrix multiplies", r"MatMul|Einsum|Conv"),
+    ("softmax + loss over the vocabulary", r"SoftmaxCrossEntropy|OneHot|ArgMax|LogSoftmax"),
+    ("attention softmax", r"^_?(Mkl)?Softmax$"),
+    ("dropout random numbers", r"Random|Philox"),
+    ("embedding gather / scatter", r"Gather|Scatter|UnsortedSegment"),
+    ("optimizer and variable updates", r"Apply|Assign|ReadVariable|VarHandle"),
+    ("transpose, reshape, concat", r"Transpose|Reshape|Concat|Pack|Unpack|Slice|Split|Tile|"
+                                   r"Squeeze|ExpandDims|Pad"),
+    ("reductions (layer norm, sums)", r"Mean|Sum|Max|Min|Prod|All|Any|BroadcastGradientArgs"),
+    ("input pipeline", r"Iterator|Dataset|OptionalGetValue"),
+    ("elementwise", r"."),
+]
+
+flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords (generated if absent).")
+flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
+flags.DEFINE_string("hparams_set", "transformer_small", "Registered hparams set.")
+flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
+flags.DEFINE_integer("warmup_steps", 3, "Untimed steps before the profiled or timed ones.")
+flags.DEFINE_integer("steps", 8, "Profiled steps, and timed steps of each variant.")
+flags.DEFINE_integer("pipeline_batches", 200, "Batches read to time the input pipeline.")
+flags.DEFINE_list("variants", list(VARIANTS), "Variants to time, each in its own process.")
+flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
+flags.DEFINE_string("variant_child", None, "(internal) time this variant and print its JSON.")
+flags.mark_flags_as_required(["data_dir"])
+flags.register_validator("variants", lambda names: set(names) <= set(VARIANTS),
+                         f"each one of: {', '.join(VARIANTS)}")
+
+
+def training_steps(hparams, vocab_size):
+    keras.utils.set_random_seed(1)
+    model = trainer.build_model("transformer", hparams, vocab_size)
+    return TrainingSteps(model, trainer.make_optimizer(hparams), hparams, jit_compile=False)
+
+
+def batches(problem, hparams):
+    return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1)
+
+
+def run_steps(steps, batch_list):
+    """Seconds of each step until its counts are read back, and the counts."""
+    seconds, counts = [], []
+    for batch in batch_list:
+        start = time.perf_counter()
+        counts.append({k: float(v) for k, v in steps.train_step(batch).items()})
+        seconds.append(time.perf_counter() - start)
+    return seconds, counts
+
+
+def matmul_flops(batch, hparams, vocab_size):
+    """FLOPs of one step's matrix multiplies, forward and backward (3 x forward): the dense
+    layers over every padded position (as the ops compute them, padding included) and the
+    attention-score products QK^T and weights . V."""
+    rows, source = batch["inputs"].shape
+    target = batch["targets"].shape[1]
+    d, f = hparams.hidden_size, hparams.filter_size
+    layer_dense = 4 * d * d + 2 * d * f  # q, k, v, output projections and the feed-forward
+    forward = 2 * rows * (
+        hparams.encoder_layers * (source * layer_dense + 2 * source * source * d)
+        + hparams.decoder_layers * (
+            target * (layer_dense + 2 * d * d) + 2 * source * d * d    # + q, out; memory k, v
+            + 2 * target * target * d + 2 * target * source * d)
+        + target * d * vocab_size)
+    return 3 * forward
+
+
+def op_profile(steps, batch_list):
+    """{op type: self seconds} over `batch_list`'s steps, from tf.profiler's trace."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        tf.profiler.experimental.start(log_dir)
+        run_steps(steps, batch_list)
+        tf.profiler.experimental.stop()
+        paths = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
+        data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    if not ok:
+        raise RuntimeError(f"the profiler's framework_op_stats tool failed: {data[:200]!r}")
+    table = json.loads(data)[0]
+    columns = [column["id"] for column in table["cols"]]
+    self_seconds = collections.Counter()
+    for row in table["rows"]:
+        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
+        if values["type"] != "IDLE":
+            self_seconds[values["type"]] += values["total_self_time"] / 1e6
+    return self_seconds
+
+
+def group_of(op_type: str) -> str:
+    return next(name for name, pattern in GROUPS if re.search(pattern, op_type))
+
+
+def time_variant_in_this_process(name):
+    """The child process: thread pools are fixed before TensorFlow runs anything."""
+    intra, inter, overrides = VARIANTS[name]
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    problem = registry.problem(PROBLEM)
+    hparams = common.hparams_from_flags()
+    if overrides:
+        hparams = hparams.override_from_string(overrides)
+    batch_list = list(batches(problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
+    steps = training_steps(hparams, problem.vocab_size(FLAGS.data_dir))
+    run_steps(steps, batch_list[:FLAGS.warmup_steps])
+    seconds, counts = run_steps(steps, batch_list[FLAGS.warmup_steps:])
+    print("VARIANT " + json.dumps({
+        "variant": name, "intra_op_threads": intra, "inter_op_threads": inter,
+        "hparams": overrides, "step_seconds": seconds,
+        "target_tokens_per_s": sum(c["target_tokens"] for c in counts) / sum(seconds)}))
+
+
+def time_variants():
+    results = {}
+    for name in FLAGS.variants:
+        print(f"variant {name} (own process)", flush=True)
+        output = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), f"--variant_child={name}",
+             f"--data_dir={FLAGS.data_dir}", f"--hparams_set={FLAGS.hparams_set}",
+             f"--hparams={FLAGS.hparams}", f"--warmup_steps={FLAGS.warmup_steps}",
+             f"--steps={FLAGS.steps}"], capture_output=True, text=True)
+        lines = [line for line in output.stdout.splitlines() if line.startswith("VARIANT ")]
+        if output.returncode or not lines:
+            print(output.stderr[-2000:])
+            raise RuntimeError(f"variant {name!r} failed (exit status {output.returncode})")
+        results[name] = json.loads(lines[-1][len("VARIANT "):])
+    return results
+
+
+def pipeline_rate(problem, hparams):
+    """Batches per second from the input pipeline alone (after its first batch)."""
+    iterator = iter(batches(problem, hparams))
+    next(iterator)
+    start = time.perf_counter()
+    for _ in range(FLAGS.pipeline_batches):
+        next(iterator)
+    return FLAGS.pipeline_batches / (time.perf_counter() - start)
+
+
+def print_tables(result):
+    m, ops = result["machine"], result["ops"]
+    print(f"\n{FLAGS.hparams_set} on {PROBLEM}, no XLA; {m['cpu']}, {m['cores']} cores, "
+          f"TF {m['tensorflow']}; {FLAGS.steps} profiled steps, median step "
+          f"{ops['step_median_s']:.2f} s")
+    header = f"{'group of operations':<36}{'self s/step':>12}{'share':>8}"
+    print(header + "\n" + "-" * len(header))
+    total = sum(ops["groups"].values())
+    for name, seconds in sorted(ops["groups"].items(), key=lambda item: -item[1]):
+        print(f"{name:<36}{seconds:>12.3f}{100 * seconds / total:>7.1f}%")
+    print("top operation types: " + ", ".join(
+        f"{op} {100 * s / total:.1f}%" for op, s in ops["top_types"]))
+    print(f"matrix multiplies: {ops['matmul_gflops']:.0f} GFLOP/s over their self time; "
+          f"a 2048^2 float32 matmul: {result['matmul_2048_gflops']:.0f} GFLOP/s; self time "
+          f"adds up both cores' threads ({total:.2f} s a step)")
+    p = result["pipeline"]
+    print(f"input pipeline alone: {p['batches_per_s']:.1f} batches/s; training: "
+          f"{p['steps_per_s']:.2f} steps/s ({p['batches_per_s'] / p['steps_per_s']:.0f} times "
+          f"faster than it is read)")
+    if result["variants"]:
+        header = f"\n{'variant':<20}{'intra':>6}{'inter':>6}{'target tok/s':>14}{'vs default':>11}"
+        print(header + "\n" + "-" * (len(header) - 1))
+        base = next(iter(result["variants"].values()))["target_tokens_per_s"]
+        for name, v in result["variants"].items():
+            print(f"{name:<20}{v['intra_op_threads']:>6}{v['inter_op_threads']:>6}"
+                  f"{v['target_tokens_per_s']:>14.0f}{v['target_tokens_per_s'] / base:>11.2f}")
+
+
+def main(unused_argv):
+    if FLAGS.variant_child:
+        return time_variant_in_this_process(FLAGS.variant_child)
+    problem = registry.problem(PROBLEM)
+    problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
+    hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
+    result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
+              "machine": reporting.machine()}
+    result["matmul_2048_gflops"] = statistics.median(train_speed.matmul_gflops(jit=False))
+
+    batch_list = list(batches(problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
+    steps = training_steps(hparams, vocab_size)
+    run_steps(steps, batch_list[:FLAGS.warmup_steps])
+    seconds, _ = run_steps(steps, batch_list[FLAGS.warmup_steps:])
+    profiled = batch_list[FLAGS.warmup_steps:]
+    self_seconds = op_profile(steps, profiled)
+    groups = collections.Counter()
+    for op_type, value in self_seconds.items():
+        groups[group_of(op_type)] += value / len(profiled)
+    flops = sum(matmul_flops(batch, hparams, vocab_size) for batch in profiled)
+    result["ops"] = {
+        "step_median_s": statistics.median(seconds),
+        "groups": dict(groups),
+        "types": {op: s / len(profiled) for op, s in self_seconds.most_common()},
+        "top_types": [(op, s / len(profiled)) for op, s in self_seconds.most_common(8)],
+        "matmul_gflops": flops / sum(s for op, s in self_seconds.items()
+                                     if group_of(op) == "matrix multiplies") / 1e9}
+    result["pipeline"] = {"batches_per_s": pipeline_rate(problem, hparams),
+                          "steps_per_s": len(seconds) / sum(seconds)}
+    result["variants"] = time_variants()
+    print_tables(result)
+    if FLAGS.output_json:
+        reporting.write_json(FLAGS.output_json, result)
+
+
+if __name__ == "__main__":
+    common.run_main(main)
