@@ -42,8 +42,6 @@ from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa:
 from t2t_lite.training import trainer  # noqa: E402
 from t2t_lite.training.step import TrainingSteps  # noqa: E402
 
-import train_speed  # noqa: E402  (matmul_gflops, beside this script)
-
 DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 PROBLEM = "translate_multi30k_deen"
 VARIANTS = {  # name: (intra-op threads, inter-op threads, hparams overrides)
@@ -226,7 +224,7 @@ def main(unused_argv):
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
               "machine": reporting.machine()}
-    result["matmul_2048_gflops"] = statistics.median(train_speed.matmul_gflops(jit=False))
+    result["matmul_2048_gflops"] = statistics.median(reporting.matmul_gflops(jit=False))
 
     batch_list = list(batches(problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
     steps = training_steps(hparams, vocab_size)

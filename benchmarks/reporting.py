@@ -1,8 +1,10 @@
-"""What every benchmark script reports besides its own numbers: the machine it ran on, and its
-results as a JSON file (timings only compare within one run on one machine)."""
+"""What every benchmark script reports besides its own numbers: the machine it ran on (and its
+matmul rate), and its results as a JSON file (timings only compare within one run on one
+machine)."""
 import json
 import os
 import re
+import time
 
 import keras
 import tensorflow as tf
@@ -15,6 +17,18 @@ def machine() -> dict:
     return {"cpu": re.search(r"model name\s*: (.*)", cpu).group(1), "cores": os.cpu_count(),
             "avx512f": " avx512f" in cpu, "memory_gb": round(int(memory_kb) / 2**20, 1),
             "tensorflow": tf.__version__, "keras": keras.__version__}
+
+
+def matmul_gflops(jit, runs=10, n=2048):
+    """GFLOP/s of `runs` float32 n x n matmuls (eager, or XLA-compiled), each timed apart."""
+    a, b = tf.random.uniform([n, n], seed=1), tf.random.uniform([n, n], seed=2)
+    matmul = tf.function(tf.linalg.matmul, jit_compile=True) if jit else tf.linalg.matmul
+    rates = []
+    for _ in range(runs + 1):  # the first run compiles and warms the caches
+        start = time.perf_counter()
+        matmul(a, b)[0, 0].numpy()
+        rates.append(2 * n**3 / (time.perf_counter() - start) / 1e9)
+    return rates[1:]
 
 
 def write_json(path: str, result: dict):

@@ -72,17 +72,6 @@ def parameter_counts(model):
     return counts
 
 
-def matmul_gflops(jit, runs=10, n=2048):
-    a, b = tf.random.uniform([n, n], seed=1), tf.random.uniform([n, n], seed=2)
-    matmul = tf.function(tf.linalg.matmul, jit_compile=True) if jit else tf.linalg.matmul
-    rates = []
-    for _ in range(runs + 1):  # the first run compiles and warms the caches
-        start = time.perf_counter()
-        matmul(a, b)[0, 0].numpy()
-        rates.append(2 * n**3 / (time.perf_counter() - start) / 1e9)
-    return rates[1:]
-
-
 def timed_steps(training_steps, dataset, count):
     """Each step's shape, real source and target tokens, all positions, and seconds; the clock
     stops once the step's counts are read back."""
@@ -201,13 +190,15 @@ def main(unused_argv):
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
               "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps, "window": FLAGS.window,
-              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()}, "modes": {}}
-    matmuls = {name: matmul_gflops(name == "xla") for name in ("eager", "xla")}
+              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()},
+              "modes": {}}
+    matmuls = {name: reporting.matmul_gflops(name == "xla") for name in ("eager", "xla")}
     for mode in FLAGS.modes:
         print(f"mode {mode}: {FLAGS.warmup_steps} + {FLAGS.steps} steps", flush=True)
         model, result["modes"][mode] = run_mode(mode, problem, hparams, vocab_size)
-    result["matmul_gflops"] = {name: statistics.median(rates + matmul_gflops(name == "xla"))
-                               for name, rates in matmuls.items()}  # before and after training
+    result["matmul_gflops"] = {
+        name: statistics.median(rates + reporting.matmul_gflops(name == "xla"))
+        for name, rates in matmuls.items()}  # before and after training
     peak = max(result["matmul_gflops"].values()) * 1e9
     p = result["parameters"] = {**parameter_counts(model), "total": model.count_params(),
                                 "softmax_d_times_v": hparams.hidden_size * vocab_size}

@@ -91,7 +91,7 @@ def bucket_each_length(dataset: tf.data.Dataset, hparams, max_length: int,
     buckets = len(boundaries)
 
     def bucket_of(ids):  # the first boundary >= the length
-        length = tf.cast(tf.shape(ids, out_type=tf.int64)[0], tf.int64)
+        length = tf.shape(ids, out_type=tf.int64)[0]
         return tf.searchsorted(boundary_tensor, tf.reshape(length, [1]), side="left",
                                out_type=tf.int64)[0]
 
