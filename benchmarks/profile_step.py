@@ -45,10 +45,10 @@ from t2t_lite.training.step import TrainingSteps  # noqa: E402
 DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 PROBLEM = "translate_multi30k_deen"
 VARIANTS = {  # name: (intra-op threads, inter-op threads, hparams overrides)
-    "default threads": (0, 0, ""),
-    "intra 2, inter 1": (2, 1, ""),
-    "intra 1, inter 2": (1, 2, ""),
-    "intra 1, inter 1": (1, 1, ""),
+    "default": (0, 0, ""),
+    "intra2_inter1": (2, 1, ""),
+    "intra1_inter2": (1, 2, ""),
+    "intra1_inter1": (1, 1, ""),
     "bfloat16": (0, 0, "mixed_precision=bfloat16"),
 }
 # Operation types (TensorFlow's and oneDNN's names), first match wins.
