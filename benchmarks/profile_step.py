@@ -11,7 +11,8 @@ fuses the step into clusters whose time the profiler cannot split by operation):
    (matrix multiplies, the softmax and loss over the vocabulary, dropout's random numbers, ...).
    The matrix multiplies' rate is their FLOPs (from the batch shapes, as train_speed counts them
    plus the attention-score products) over their self time, next to the float32 rate of a
-   2048 x 2048 matmul measured in the same run.
+   2048 x 2048 matmul measured in the same run, and the time those FLOPs would take at the
+   rate that each dense-layer shape of the step reaches alone (what the matmuls alone need).
 2. Input pipeline: batches per second that `problem.dataset("train", training=True)` delivers
    on its own, against training steps per second.
 3. Variants, each in its own process on the same seeded batches: TensorFlow's intra-op and
@@ -118,6 +119,33 @@ def matmul_flops(batch, hparams, vocab_size):
     return 3 * forward
 
 
+def dense_shapes(batch, hparams, vocab_size):
+    """{(m, k, n): matmuls of that shape in one forward pass}: the dense layers of a step on
+    `batch` (the backward pass multiplies the same sizes, transposed)."""
+    rows, source = batch["inputs"].shape
+    source, target = rows * source, rows * batch["targets"].shape[1]
+    d, f = hparams.hidden_size, hparams.filter_size
+    shapes = collections.Counter()
+    shapes[source, d, d] += 4 * hparams.encoder_layers + 2 * hparams.decoder_layers  # + memory k, v
+    shapes[target, d, d] += 6 * hparams.decoder_layers  # self-attention q, k, v, out; q, out
+    for tokens, layers in ((source, hparams.encoder_layers), (target, hparams.decoder_layers)):
+        shapes[tokens, d, f] += layers
+        shapes[tokens, f, d] += layers
+    shapes[target, d, vocab_size] += 1  # the pre-softmax projection
+    return shapes
+
+
+def standalone_rates(shapes):
+    """Each shape's float32 tf.matmul rate on its own (GFLOP/s, median of 5) and the rate of
+    them all weighted by their FLOPs: the rate a step's matmuls could reach if nothing else
+    ran."""
+    rates = {shape: statistics.median(reporting.matmul_gflops(jit=False, runs=5, shape=shape))
+             for shape in shapes}
+    flops = {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
+    weighted = sum(flops.values()) / sum(flops[shape] / rates[shape] for shape in shapes)
+    return {"x".join(map(str, shape)): rate for shape, rate in rates.items()}, weighted
+
+
 def op_profile(steps, batch_list):
     """{op type: self seconds} over `batch_list`'s steps, from tf.profiler's trace."""
     with tempfile.TemporaryDirectory() as log_dir:
@@ -203,6 +231,12 @@ def print_tables(result):
     print(f"matrix multiplies: {ops['matmul_gflops']:.0f} GFLOP/s over their self time; "
           f"a 2048^2 float32 matmul: {result['matmul_2048_gflops']:.0f} GFLOP/s; self time "
           f"adds up both cores' threads ({total:.2f} s a step)")
+    print("each dense-layer shape alone (first profiled batch, m x k x n: GFLOP/s): " + ", ".join(
+        f"{shape} {rate:.0f}" for shape, rate in ops["standalone_gflops_by_shape"].items()))
+    print(f"at those rates (FLOP-weighted: {ops['standalone_gflops_weighted']:.0f} GFLOP/s) a "
+          f"step's {ops['matmul_gflop_per_step']:.0f} GFLOP of matmuls take "
+          f"{ops['matmul_seconds_at_standalone_rate']:.2f} s of the {ops['step_median_s']:.2f} s "
+          f"step, with nothing else running")
     p = result["pipeline"]
     print(f"input pipeline alone: {p['batches_per_s']:.1f} batches/s; training: "
           f"{p['steps_per_s']:.2f} steps/s ({p['batches_per_s'] / p['steps_per_s']:.0f} times "
@@ -243,6 +277,11 @@ def main(unused_argv):
         "top_types": [(op, s / len(profiled)) for op, s in self_seconds.most_common(8)],
         "matmul_gflops": flops / sum(s for op, s in self_seconds.items()
                                      if group_of(op) == "matrix multiplies") / 1e9}
+    shape_rates, weighted = standalone_rates(dense_shapes(profiled[0], hparams, vocab_size))
+    result["ops"].update({
+        "matmul_gflop_per_step": flops / len(profiled) / 1e9,
+        "standalone_gflops_by_shape": shape_rates, "standalone_gflops_weighted": weighted,
+        "matmul_seconds_at_standalone_rate": flops / len(profiled) / weighted / 1e9})
     result["pipeline"] = {"batches_per_s": pipeline_rate(problem, hparams),
                           "steps_per_s": len(seconds) / sum(seconds)}
     result["variants"] = time_variants()

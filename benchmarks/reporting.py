@@ -19,15 +19,17 @@ def machine() -> dict:
             "tensorflow": tf.__version__, "keras": keras.__version__}
 
 
-def matmul_gflops(jit, runs=10, n=2048):
-    """GFLOP/s of `runs` float32 n x n matmuls (eager, or XLA-compiled), each timed apart."""
-    a, b = tf.random.uniform([n, n], seed=1), tf.random.uniform([n, n], seed=2)
+def matmul_gflops(jit, runs=10, n=2048, shape=None):
+    """GFLOP/s of `runs` float32 matmuls (eager, or XLA-compiled), each timed apart: n x n by
+    n x n, or (m, k, n) for m x k by k x n."""
+    m, k, n = shape or (n, n, n)
+    a, b = tf.random.uniform([m, k], seed=1), tf.random.uniform([k, n], seed=2)
     matmul = tf.function(tf.linalg.matmul, jit_compile=True) if jit else tf.linalg.matmul
     rates = []
     for _ in range(runs + 1):  # the first run compiles and warms the caches
         start = time.perf_counter()
         matmul(a, b)[0, 0].numpy()
-        rates.append(2 * n**3 / (time.perf_counter() - start) / 1e9)
+        rates.append(2 * m * k * n / (time.perf_counter() - start) / 1e9)
     return rates[1:]
 
 

@@ -56,6 +56,7 @@ flags.DEFINE_string("output_json", None, "Write the measurements to this JSON fi
 flags.DEFINE_boolean("compare", False, "Also train OpenNMT-tf (benchmarks/peers/opennmt_tf) "
                      "for --warmup_steps + --steps with the same configuration and data.")
 flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder.")
+common.define_thread_flags()  # for t2t_lite and, with --compare, the peer alike
 flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), ", ".join(MODES))
 
@@ -135,7 +136,8 @@ def print_table(result, peak):
     print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
           f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.warmup_steps} warm-up + {FLAGS.steps} "
           f"timed steps a mode; fp32 matmul 2048^2: {gflops['eager']:.0f} GFLOP/s eager, "
-          f"{gflops['xla']:.0f} XLA")
+          f"{gflops['xla']:.0f} XLA; threads intra-op {FLAGS.intra_op_parallelism_threads}, "
+          f"inter-op {FLAGS.inter_op_parallelism_threads} (0: TensorFlow's choice)")
     header = (f"{'mode':<11} {'target tok/s':>12} {'best':>6} {'source tok/s':>12} {'steps/s':>8} "
               f"{'padding':>8} {'warm-up s':>9} {'compile s':>9} {'shapes':>6} {'MFU':>6}")
     print(header + "\n" + "-" * len(header))
@@ -164,7 +166,9 @@ def run_peer(hparams):
                f"--warmup_steps={hparams.learning_rate_warmup_steps}",
                f"--learning_rate_constant={hparams.learning_rate_constant}",
                f"--log_every={FLAGS.window}", f"--skip_steps={FLAGS.warmup_steps}",
-               f"--save_every={FLAGS.warmup_steps + FLAGS.steps}", f"--output_json={json_path}"]
+               f"--save_every={FLAGS.warmup_steps + FLAGS.steps}", f"--output_json={json_path}",
+               f"--intra_op_parallelism_threads={FLAGS.intra_op_parallelism_threads}",
+               f"--inter_op_parallelism_threads={FLAGS.inter_op_parallelism_threads}"]
     if subprocess.run(command).returncode:
         print("the OpenNMT-tf peer did not run; see its message above")
         return None
@@ -174,22 +178,26 @@ def run_peer(hparams):
 
 def print_comparison(result):
     peer, ours = result["peer"], result["modes"]
-    print(f"\n{'toolkit':<40} {'target tok/s':>12} {'source tok/s':>12} {'steps/s':>8}")
-    for mode, s in ours.items():
-        print(f"{'t2t_lite ' + mode:<40} {s['target_tokens_per_s']:>12.0f} "
-              f"{s['source_tokens_per_s']:>12.0f} {s['steps_per_s']:>8.2f}")
-    print(f"{peer['toolkit'][:40]:<40} {peer['target_tokens_per_s']:>12.0f} "
-          f"{peer['source_tokens_per_s']:>12.0f} {peer['steps_per_s']:>8.2f}")
+    print(f"\n{'toolkit':<40} {'target tok/s':>12} {'source tok/s':>12} {'steps/s':>8} "
+          f"{'MFU':>6}")
+    rows = [("t2t_lite " + mode, s) for mode, s in ours.items()] + [(peer["toolkit"], peer)]
+    for name, s in rows:
+        print(f"{name[:40]:<40} {s['target_tokens_per_s']:>12.0f} "
+              f"{s['source_tokens_per_s']:>12.0f} {s['steps_per_s']:>8.2f} "
+              f"{100 * s['mfu']:>5.1f}%")
     for mode, ratio in result["ratio_to_peer"].items():
         print(f"t2t_lite {mode} / OpenNMT-tf (target tokens/s): {ratio:.2f}")
 
 
 def main(unused_argv):
+    common.set_threads_from_flags()
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
               "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps, "window": FLAGS.window,
+              "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
+                          "inter_op": FLAGS.inter_op_parallelism_threads},
               "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()},
               "modes": {}}
     matmuls = {name: reporting.matmul_gflops(name == "xla") for name in ("eager", "xla")}
@@ -202,9 +210,12 @@ def main(unused_argv):
     peak = max(result["matmul_gflops"].values()) * 1e9
     p = result["parameters"] = {**parameter_counts(model), "total": model.count_params(),
                                 "softmax_d_times_v": hparams.hidden_size * vocab_size}
-    for stats in result["modes"].values():
-        stats["model_flops_per_s"] = 6 * (p["source_side"] * stats["source_tokens_per_s"] + (
+    def model_flops_per_s(stats):
+        return 6 * (p["source_side"] * stats["source_tokens_per_s"] + (
             p["target_side"] + p["softmax_d_times_v"]) * stats["target_tokens_per_s"])
+
+    for stats in result["modes"].values():
+        stats["model_flops_per_s"] = model_flops_per_s(stats)
         stats["mfu"] = stats["model_flops_per_s"] / peak
     if {"xla", "no_xla"} <= set(result["modes"]):
         result["xla_speedup"] = (result["modes"]["xla"]["target_tokens_per_s"]
@@ -213,7 +224,8 @@ def main(unused_argv):
     print_table(result, peak)
     if FLAGS.compare:
         result["peer"] = run_peer(hparams)
-        if result["peer"]:
+        if result["peer"]:  # the same model, so the same FLOPs per token
+            result["peer"]["mfu"] = model_flops_per_s(result["peer"]) / peak
             result["ratio_to_peer"] = {
                 mode: stats["target_tokens_per_s"] / result["peer"]["target_tokens_per_s"]
                 for mode, stats in result["modes"].items()}

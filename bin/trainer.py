@@ -11,6 +11,7 @@ from t2t_lite.training import distribution, trainer
 
 common.define_problem_flags()
 common.define_model_flags()
+common.define_thread_flags()
 _DEFAULTS = trainer.RunConfig()
 flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.")
 flags.DEFINE_integer("eval_steps", _DEFAULTS.eval_steps, "Dev batches per evaluation.")
@@ -33,7 +34,8 @@ flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"
 
 
 def main(argv):
-    # First: the multi-worker strategy must be made before any other TensorFlow work.
+    # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
+    common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
     config = trainer.RunConfig(
         train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,

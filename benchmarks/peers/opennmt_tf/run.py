@@ -122,6 +122,10 @@ flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many 
 flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
                      "batches to multiples of 8).")
 flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
+flags.DEFINE_integer("intra_op_parallelism_threads", 0, "onmt-main "
+                     "--intra_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
+flags.DEFINE_integer("inter_op_parallelism_threads", 0, "onmt-main "
+                     "--inter_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
 flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
 flags.mark_flags_as_required(["data_dir", "work_dir"])
 
@@ -542,7 +546,9 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
     shutil.rmtree(model_dir, ignore_errors=True)  # a fresh model, not a continued one
     result["prepare_seconds"] = time.time() - start
 
-    common_args = ["--config", config_path, "--model", model_path, "--seed", str(FLAGS.seed)]
+    common_args = ["--config", config_path, "--model", model_path, "--seed", str(FLAGS.seed),
+                   "--intra_op_parallelism_threads", str(FLAGS.intra_op_parallelism_threads),
+                   "--inter_op_parallelism_threads", str(FLAGS.inter_op_parallelism_threads)]
     if FLAGS.jit_compile:
         common_args.append("--jit_compile")
     train_log = os.path.join(work_dir, "train.log")
@@ -642,7 +648,9 @@ def main(unused_argv):
               "warmup_steps": hparams.learning_rate_warmup_steps,
               "learning_rate_constant": hparams.learning_rate_constant,
               "train_steps_limit": FLAGS.train_steps, "train_minutes_limit": FLAGS.train_minutes,
-              "jit_compile": FLAGS.jit_compile}
+              "jit_compile": FLAGS.jit_compile,
+              "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
+              "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads}
     result.update(train_and_score(venv_python, hparams, problem))
     print_table(result, hparams)
     if FLAGS.output_json:
