@@ -35,16 +35,12 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
+import training_run  # noqa: E402  (benchmarks/training_run.py)
+from training_run import PROBLEM  # noqa: E402
 
-import keras  # noqa: E402  (after common: its quiet start)
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa: E402
 
-from t2t_lite.training import trainer  # noqa: E402
-from t2t_lite.training.step import TrainingSteps  # noqa: E402
-
-DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
-PROBLEM = "translate_multi30k_deen"
 VARIANTS = {  # name: (intra-op threads, inter-op threads, hparams overrides)
     "default": (0, 0, ""),
     "intra2_inter1": (2, 1, ""),
@@ -67,56 +63,28 @@ GROUPS = [
     ("elementwise", r"."),
 ]
 
-flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords (generated if absent).")
-flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-flags.DEFINE_string("hparams_set", "transformer_small", "Registered hparams set.")
-flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
+training_run.define_flags()
+common.define_thread_flags()  # the profile's; each variant's process gets the variant's own
 flags.DEFINE_integer("warmup_steps", 3, "Untimed steps before the profiled or timed ones.")
 flags.DEFINE_integer("steps", 8, "Profiled steps, and timed steps of each variant.")
 flags.DEFINE_integer("pipeline_batches", 200, "Batches read to time the input pipeline.")
 flags.DEFINE_list("variants", list(VARIANTS), "Variants to time, each in its own process.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.DEFINE_string("variant_child", None, "(internal) time this variant and print its JSON.")
-flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("variants", lambda names: set(names) <= set(VARIANTS),
                          f"each one of: {', '.join(VARIANTS)}")
 
 
-def training_steps(hparams, vocab_size):
-    keras.utils.set_random_seed(1)
-    model = trainer.build_model("transformer", hparams, vocab_size)
-    return TrainingSteps(model, trainer.make_optimizer(hparams), hparams, jit_compile=False)
-
-
-def batches(problem, hparams):
-    return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1)
-
-
-def run_steps(steps, batch_list):
-    """Seconds of each step until its counts are read back, and the counts."""
-    seconds, counts = [], []
-    for batch in batch_list:
-        start = time.perf_counter()
-        counts.append({k: float(v) for k, v in steps.train_step(batch).items()})
-        seconds.append(time.perf_counter() - start)
-    return seconds, counts
-
-
-def matmul_flops(batch, hparams, vocab_size):
-    """FLOPs of one step's matrix multiplies, forward and backward (3 x forward): the dense
-    layers over every padded position (as the ops compute them, padding included) and the
-    attention-score products QK^T and weights . V."""
-    rows, source = batch["inputs"].shape
-    target = batch["targets"].shape[1]
-    d, f = hparams.hidden_size, hparams.filter_size
-    layer_dense = 4 * d * d + 2 * d * f  # q, k, v, output projections and the feed-forward
-    forward = 2 * rows * (
-        hparams.encoder_layers * (source * layer_dense + 2 * source * source * d)
-        + hparams.decoder_layers * (
-            target * (layer_dense + 2 * d * d) + 2 * source * d * d    # + q, out; memory k, v
-            + 2 * target * target * d + 2 * target * source * d)
-        + target * d * vocab_size)
-    return 3 * forward
+def warmed_up_and_timed(problem, hparams):
+    """A fresh model trained without XLA for --warmup_steps untimed steps, then --steps timed
+    ones: (TrainingSteps, the timed steps' batches, training_run.timed_steps of them)."""
+    batches = list(training_run.training_batches(problem, hparams).take(
+        FLAGS.warmup_steps + FLAGS.steps))
+    steps = training_run.training_steps(hparams, problem.vocab_size(FLAGS.data_dir),
+                                        jit_compile=False)
+    training_run.timed_steps(steps, batches[:FLAGS.warmup_steps])
+    timed_batches = batches[FLAGS.warmup_steps:]
+    return steps, timed_batches, training_run.timed_steps(steps, timed_batches)
 
 
 def dense_shapes(batch, hparams, vocab_size):
@@ -135,13 +103,31 @@ def dense_shapes(batch, hparams, vocab_size):
     return shapes
 
 
+def shape_flops(shapes) -> dict:
+    """{(m, k, n): FLOPs of all the matmuls of that shape}."""
+    return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
+
+
+def matmul_flops(batch, hparams, vocab_size):
+    """FLOPs of one step's matrix multiplies, forward and backward (3 x forward): the dense
+    layers over every padded position (as the ops compute them, padding included) and the
+    attention-score products QK^T and weights . V."""
+    rows, source = batch["inputs"].shape
+    target = batch["targets"].shape[1]
+    scores = 4 * rows * hparams.hidden_size * (  # 2 products of 2 * length * length * d each
+        hparams.encoder_layers * source * source
+        + hparams.decoder_layers * (target * target + target * source))
+    dense = sum(shape_flops(dense_shapes(batch, hparams, vocab_size)).values())
+    return 3 * (dense + scores)
+
+
 def standalone_rates(shapes):
     """Each shape's float32 tf.matmul rate on its own (GFLOP/s, median of 5) and the rate of
     them all weighted by their FLOPs: the rate a step's matmuls could reach if nothing else
     ran."""
     rates = {shape: statistics.median(reporting.matmul_gflops(jit=False, runs=5, shape=shape))
              for shape in shapes}
-    flops = {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
+    flops = shape_flops(shapes)
     weighted = sum(flops.values()) / sum(flops[shape] / rates[shape] for shape in shapes)
     return {"x".join(map(str, shape)): rate for shape, rate in rates.items()}, weighted
 
@@ -150,7 +136,7 @@ def op_profile(steps, batch_list):
     """{op type: self seconds} over `batch_list`'s steps, from tf.profiler's trace."""
     with tempfile.TemporaryDirectory() as log_dir:
         tf.profiler.experimental.start(log_dir)
-        run_steps(steps, batch_list)
+        training_run.timed_steps(steps, batch_list)
         tf.profiler.experimental.stop()
         paths = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
         data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
@@ -171,22 +157,18 @@ def group_of(op_type: str) -> str:
 
 
 def time_variant_in_this_process(name):
-    """The child process: thread pools are fixed before TensorFlow runs anything."""
+    """The child process (its thread pools set in main from the flags time_variants passes)."""
     intra, inter, overrides = VARIANTS[name]
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(inter)
     problem = registry.problem(PROBLEM)
     hparams = common.hparams_from_flags()
     if overrides:
         hparams = hparams.override_from_string(overrides)
-    batch_list = list(batches(problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
-    steps = training_steps(hparams, problem.vocab_size(FLAGS.data_dir))
-    run_steps(steps, batch_list[:FLAGS.warmup_steps])
-    seconds, counts = run_steps(steps, batch_list[FLAGS.warmup_steps:])
+    _, _, timed = warmed_up_and_timed(problem, hparams)
+    seconds = [step["seconds"] for step in timed]
     print("VARIANT " + json.dumps({
         "variant": name, "intra_op_threads": intra, "inter_op_threads": inter,
         "hparams": overrides, "step_seconds": seconds,
-        "target_tokens_per_s": sum(c["target_tokens"] for c in counts) / sum(seconds)}))
+        "target_tokens_per_s": sum(step["targets_real"] for step in timed) / sum(seconds)}))
 
 
 def time_variants():
@@ -197,7 +179,9 @@ def time_variants():
             [sys.executable, os.path.abspath(__file__), f"--variant_child={name}",
              f"--data_dir={FLAGS.data_dir}", f"--hparams_set={FLAGS.hparams_set}",
              f"--hparams={FLAGS.hparams}", f"--warmup_steps={FLAGS.warmup_steps}",
-             f"--steps={FLAGS.steps}"], capture_output=True, text=True)
+             f"--steps={FLAGS.steps}", f"--intra_op_parallelism_threads={VARIANTS[name][0]}",
+             f"--inter_op_parallelism_threads={VARIANTS[name][1]}"],
+            capture_output=True, text=True)
         lines = [line for line in output.stdout.splitlines() if line.startswith("VARIANT ")]
         if output.returncode or not lines:
             print(output.stderr[-2000:])
@@ -208,7 +192,7 @@ def time_variants():
 
 def pipeline_rate(problem, hparams):
     """Batches per second from the input pipeline alone (after its first batch)."""
-    iterator = iter(batches(problem, hparams))
+    iterator = iter(training_run.training_batches(problem, hparams))
     next(iterator)
     start = time.perf_counter()
     for _ in range(FLAGS.pipeline_batches):
@@ -251,6 +235,7 @@ def print_tables(result):
 
 
 def main(unused_argv):
+    common.set_threads_from_flags()
     if FLAGS.variant_child:
         return time_variant_in_this_process(FLAGS.variant_child)
     problem = registry.problem(PROBLEM)
@@ -260,11 +245,8 @@ def main(unused_argv):
               "machine": reporting.machine()}
     result["matmul_2048_gflops"] = statistics.median(reporting.matmul_gflops(jit=False))
 
-    batch_list = list(batches(problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
-    steps = training_steps(hparams, vocab_size)
-    run_steps(steps, batch_list[:FLAGS.warmup_steps])
-    seconds, _ = run_steps(steps, batch_list[FLAGS.warmup_steps:])
-    profiled = batch_list[FLAGS.warmup_steps:]
+    steps, profiled, timed = warmed_up_and_timed(problem, hparams)
+    seconds = [step["seconds"] for step in timed]
     self_seconds = op_profile(steps, profiled)
     groups = collections.Counter()
     for op_type, value in self_seconds.items():

@@ -20,27 +20,19 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
+import training_run  # noqa: E402  (benchmarks/training_run.py)
+from training_run import PROBLEM  # noqa: E402
 
-import keras  # noqa: E402  (after common: its quiet start)
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 
-from t2t_lite.training import trainer  # noqa: E402
-from t2t_lite.training.step import TrainingSteps  # noqa: E402
-
-DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf", "run.py")
-PROBLEM = "translate_multi30k_deen"
 
-flags.DEFINE_string("data_dir", None, "Folder of the generated TFRecords (generated if absent).")
-flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-flags.DEFINE_string("hparams_set", "transformer_small", "Registered hparams set.")
-flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
+training_run.define_flags()
 flags.DEFINE_integer("steps", 60, "Timed training steps per mode.")
 flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per mode before the timed ones.")
 flags.DEFINE_integer("window", 10, "Steps per timing window.")
@@ -57,7 +49,6 @@ flags.DEFINE_boolean("compare", False, "Also train OpenNMT-tf (benchmarks/peers/
                      "for --warmup_steps + --steps with the same configuration and data.")
 flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder.")
 common.define_thread_flags()  # for t2t_lite and, with --compare, the peer alike
-flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), ", ".join(MODES))
 
 
@@ -73,32 +64,12 @@ def parameter_counts(model):
     return counts
 
 
-def timed_steps(training_steps, dataset, count):
-    """Each step's shape, real source and target tokens, all positions, and seconds; the clock
-    stops once the step's counts are read back."""
-    steps = []
-    for batch in dataset.take(count):
-        start = time.perf_counter()
-        counts = {name: float(value) for name, value in training_steps.train_step(batch).items()}
-        seconds = time.perf_counter() - start
-        steps.append({"shape": list(batch["inputs"].shape), "seconds": seconds,
-                      "targets_real": counts["target_tokens"],
-                      "inputs_real": counts["real_tokens"] - counts["target_tokens"],
-                      "tensor": counts["padded_tokens"]})
-    return steps
-
-
 def run_mode(mode, problem, hparams, vocab_size):
     xla, bucketing = MODES[mode]
     hparams = hparams.replace(length_bucketing=bucketing)
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(1)
-    model = trainer.build_model("transformer", hparams, vocab_size)
-    training_steps = TrainingSteps(model, trainer.make_optimizer(hparams), hparams,
-                                   jit_compile=xla)
-    steps = timed_steps(training_steps,
-                        problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1),
-                        FLAGS.warmup_steps + FLAGS.steps)
+    training_steps = training_run.training_steps(hparams, vocab_size, jit_compile=xla)
+    steps = training_run.timed_steps(training_steps, training_run.training_batches(
+        problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
     seen = set()
     for step in steps:
         step["new_shape"] = tuple(step["shape"]) not in seen
@@ -119,7 +90,7 @@ def run_mode(mode, problem, hparams, vocab_size):
 
     real = sum(s["inputs_real"] + s["targets_real"] for s in timed)
     target = rates(lambda s: s["targets_real"])
-    return model, {
+    return training_steps.model, {
         "target_tokens_per_s": statistics.median(target), "window_target_tokens_per_s": target,
         "source_tokens_per_s": statistics.median(rates(lambda s: s["inputs_real"])),
         "steps_per_s": statistics.median(rates(lambda s: 1)),
@@ -129,6 +100,13 @@ def run_mode(mode, problem, hparams, vocab_size):
         "distinct_shapes": len(seen), "new_shapes_in_timed_steps": len(timed) - len(steady),
         "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape", "compiles")}
                   for s in steps]}
+
+
+def model_flops_per_s(parameters, stats):
+    """6 · (N_src · S + (N_tgt + d · V) · T), as in the docstring."""
+    return 6 * (parameters["source_side"] * stats["source_tokens_per_s"] + (
+        parameters["target_side"] + parameters["softmax_d_times_v"])
+        * stats["target_tokens_per_s"])
 
 
 def print_table(result, peak):
@@ -210,12 +188,8 @@ def main(unused_argv):
     peak = max(result["matmul_gflops"].values()) * 1e9
     p = result["parameters"] = {**parameter_counts(model), "total": model.count_params(),
                                 "softmax_d_times_v": hparams.hidden_size * vocab_size}
-    def model_flops_per_s(stats):
-        return 6 * (p["source_side"] * stats["source_tokens_per_s"] + (
-            p["target_side"] + p["softmax_d_times_v"]) * stats["target_tokens_per_s"])
-
     for stats in result["modes"].values():
-        stats["model_flops_per_s"] = model_flops_per_s(stats)
+        stats["model_flops_per_s"] = model_flops_per_s(p, stats)
         stats["mfu"] = stats["model_flops_per_s"] / peak
     if {"xla", "no_xla"} <= set(result["modes"]):
         result["xla_speedup"] = (result["modes"]["xla"]["target_tokens_per_s"]
@@ -225,7 +199,7 @@ def main(unused_argv):
     if FLAGS.compare:
         result["peer"] = run_peer(hparams)
         if result["peer"]:  # the same model, so the same FLOPs per token
-            result["peer"]["mfu"] = model_flops_per_s(result["peer"]) / peak
+            result["peer"]["mfu"] = model_flops_per_s(p, result["peer"]) / peak
             result["ratio_to_peer"] = {
                 mode: stats["target_tokens_per_s"] / result["peer"]["target_tokens_per_s"]
                 for mode, stats in result["modes"].items()}
