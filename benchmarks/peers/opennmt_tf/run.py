@@ -495,8 +495,10 @@ def parse_training_log(text: str) -> dict:
 
 
 def throughput(windows: list, skip_steps: int) -> dict:
-    """Medians over the windows that start after `skip_steps` (None without any)."""
-    kept = [window for window in windows if window["first_step"] > skip_steps]
+    """Medians over the windows that start after `skip_steps` and hold an update (None without
+    any): a log line at or before OpenNMT-tf's own warm-up (update 2) reports rates of 0."""
+    kept = [window for window in windows
+            if window["first_step"] > skip_steps and window["step"] >= window["first_step"]]
     if not kept:
         return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
                 "target_tokens_per_step": None, "throughput_windows": 0}
