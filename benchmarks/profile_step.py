@@ -16,7 +16,11 @@ fuses the step into clusters whose time the profiler cannot split by operation):
 2. Input pipeline: batches per second that `problem.dataset("train", training=True)` delivers
    on its own, against training steps per second.
 3. Variants, each in its own process on the same seeded batches: TensorFlow's intra-op and
-   inter-op thread pools (0 = TensorFlow's choice) and mixed_precision=bfloat16.
+   inter-op thread pools (0 = TensorFlow's choice), mixed_precision=bfloat16, and TensorFlow's
+   kernels (TF_ENABLE_ONEDNN_OPTS=0: its own Eigen kernels; 1: oneDNN's), set in the
+   variant's environment before TensorFlow loads. "default" is the project's default (oneDNN
+   on x86-64 unless TF_ENABLE_ONEDNN_OPTS says otherwise); the profile of 1. runs with the
+   kernels this process loaded, named in its header.
 
 Prints the tables and writes the JSON; the numbers compare only within one run on one machine.
 """
@@ -26,7 +30,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,14 +44,20 @@ from training_run import PROBLEM  # noqa: E402
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa: E402
 
-VARIANTS = {  # name: (intra-op threads, inter-op threads, hparams overrides)
-    "default": (0, 0, ""),
-    "intra2_inter1": (2, 1, ""),
-    "intra1_inter2": (1, 2, ""),
-    "intra1_inter1": (1, 1, ""),
-    "bfloat16": (0, 0, "mixed_precision=bfloat16"),
+ONEDNN = reporting.ONEDNN
+# name: (intra-op threads, inter-op threads, hparams overrides, TF_ENABLE_ONEDNN_OPTS; None: the
+# variable removed, so that t2t_lite's default applies)
+VARIANTS = {
+    "default": (0, 0, "", None),
+    "intra2_inter1": (2, 1, "", None),
+    "intra1_inter2": (1, 2, "", None),
+    "intra1_inter1": (1, 1, "", None),
+    "bfloat16": (0, 0, "mixed_precision=bfloat16", None),
+    "tf_kernels": (0, 0, "", "0"),
+    "onednn": (0, 0, "", "1"),
 }
-# Operation types (TensorFlow's and oneDNN's names), first match wins.
+# Operation types, first match wins: TensorFlow's names and oneDNN's (_MklMatMul,
+# _MklFusedMatMul, _MklBatchMatMulV2, _MklSoftmax, _MklLayerNorm, ...).
 GROUPS = [
     ("matrix multiplies", r"MatMul|Einsum|Conv"),
     ("softmax + loss over the vocabulary", r"SoftmaxCrossEntropy|OneHot|ArgMax|LogSoftmax"),
@@ -58,7 +67,8 @@ GROUPS = [
     ("optimizer and variable updates", r"Apply|Assign|ReadVariable|VarHandle"),
     ("transpose, reshape, concat", r"Transpose|Reshape|Concat|Pack|Unpack|Slice|Split|Tile|"
                                    r"Squeeze|ExpandDims|Pad"),
-    ("reductions (layer norm, sums)", r"Mean|Sum|Max|Min|Prod|All|Any|BroadcastGradientArgs"),
+    ("reductions (layer norm, sums)", r"Mean|Sum|Max|Min|Prod|All|Any|BroadcastGradientArgs|"
+                                      r"LayerNorm"),
     ("input pipeline", r"Iterator|Dataset|OptionalGetValue"),
     ("elementwise", r"."),
 ]
@@ -87,27 +97,6 @@ def warmed_up_and_timed(problem, hparams):
     return steps, timed_batches, training_run.timed_steps(steps, timed_batches)
 
 
-def dense_shapes(batch, hparams, vocab_size):
-    """{(m, k, n): matmuls of that shape in one forward pass}: the dense layers of a step on
-    `batch` (the backward pass multiplies the same sizes, transposed)."""
-    rows, source = batch["inputs"].shape
-    source, target = rows * source, rows * batch["targets"].shape[1]
-    d, f = hparams.hidden_size, hparams.filter_size
-    shapes = collections.Counter()
-    shapes[source, d, d] += 4 * hparams.encoder_layers + 2 * hparams.decoder_layers  # + memory k, v
-    shapes[target, d, d] += 6 * hparams.decoder_layers  # self-attention q, k, v, out; q, out
-    for tokens, layers in ((source, hparams.encoder_layers), (target, hparams.decoder_layers)):
-        shapes[tokens, d, f] += layers
-        shapes[tokens, f, d] += layers
-    shapes[target, d, vocab_size] += 1  # the pre-softmax projection
-    return shapes
-
-
-def shape_flops(shapes) -> dict:
-    """{(m, k, n): FLOPs of all the matmuls of that shape}."""
-    return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
-
-
 def matmul_flops(batch, hparams, vocab_size):
     """FLOPs of one step's matrix multiplies, forward and backward (3 x forward): the dense
     layers over every padded position (as the ops compute them, padding included) and the
@@ -117,19 +106,19 @@ def matmul_flops(batch, hparams, vocab_size):
     scores = 4 * rows * hparams.hidden_size * (  # 2 products of 2 * length * length * d each
         hparams.encoder_layers * source * source
         + hparams.decoder_layers * (target * target + target * source))
-    dense = sum(shape_flops(dense_shapes(batch, hparams, vocab_size)).values())
+    dense = sum(training_run.shape_flops(training_run.dense_shapes(batch, hparams,
+                                                                   vocab_size)).values())
     return 3 * (dense + scores)
 
 
 def standalone_rates(shapes):
-    """Each shape's float32 tf.matmul rate on its own (GFLOP/s, median of 5) and the rate of
-    them all weighted by their FLOPs: the rate a step's matmuls could reach if nothing else
-    ran."""
-    rates = {shape: statistics.median(reporting.matmul_gflops(jit=False, runs=5, shape=shape))
-             for shape in shapes}
-    flops = shape_flops(shapes)
-    weighted = sum(flops.values()) / sum(flops[shape] / rates[shape] for shape in shapes)
-    return {"x".join(map(str, shape)): rate for shape, rate in rates.items()}, weighted
+    """Each shape's float32 tf.matmul rate on its own in this process (GFLOP/s, median of 5;
+    reporting.tf_matmul_rates, as train_speed measures them) and the rate of them all weighted
+    by their FLOPs: the rate a step's matmuls could reach if nothing else ran."""
+    rates = reporting.tf_matmul_rates(shapes, jit=False, runs=5)
+    flops = {reporting.shape_key(shape): value
+             for shape, value in training_run.shape_flops(shapes).items()}
+    return rates, reporting.flop_weighted_gflops(rates, flops)
 
 
 def op_profile(steps, batch_list):
@@ -158,7 +147,7 @@ def group_of(op_type: str) -> str:
 
 def time_variant_in_this_process(name):
     """The child process (its thread pools set in main from the flags time_variants passes)."""
-    intra, inter, overrides = VARIANTS[name]
+    intra, inter, overrides, onednn = VARIANTS[name]
     problem = registry.problem(PROBLEM)
     hparams = common.hparams_from_flags()
     if overrides:
@@ -167,7 +156,8 @@ def time_variant_in_this_process(name):
     seconds = [step["seconds"] for step in timed]
     print("VARIANT " + json.dumps({
         "variant": name, "intra_op_threads": intra, "inter_op_threads": inter,
-        "hparams": overrides, "step_seconds": seconds,
+        "hparams": overrides, ONEDNN: onednn, "onednn": reporting.onednn_enabled(),
+        "step_seconds": seconds,
         "target_tokens_per_s": sum(step["targets_real"] for step in timed) / sum(seconds)}))
 
 
@@ -175,18 +165,14 @@ def time_variants():
     results = {}
     for name in FLAGS.variants:
         print(f"variant {name} (own process)", flush=True)
-        output = subprocess.run(
+        intra, inter, _, onednn = VARIANTS[name]
+        results[name] = reporting.run_child(
             [sys.executable, os.path.abspath(__file__), f"--variant_child={name}",
              f"--data_dir={FLAGS.data_dir}", f"--hparams_set={FLAGS.hparams_set}",
              f"--hparams={FLAGS.hparams}", f"--warmup_steps={FLAGS.warmup_steps}",
-             f"--steps={FLAGS.steps}", f"--intra_op_parallelism_threads={VARIANTS[name][0]}",
-             f"--inter_op_parallelism_threads={VARIANTS[name][1]}"],
-            capture_output=True, text=True)
-        lines = [line for line in output.stdout.splitlines() if line.startswith("VARIANT ")]
-        if output.returncode or not lines:
-            print(output.stderr[-2000:])
-            raise RuntimeError(f"variant {name!r} failed (exit status {output.returncode})")
-        results[name] = json.loads(lines[-1][len("VARIANT "):])
+             f"--steps={FLAGS.steps}", f"--intra_op_parallelism_threads={intra}",
+             f"--inter_op_parallelism_threads={inter}"],
+            reporting.child_environment({ONEDNN: onednn}), "VARIANT")
     return results
 
 
@@ -203,8 +189,8 @@ def pipeline_rate(problem, hparams):
 def print_tables(result):
     m, ops = result["machine"], result["ops"]
     print(f"\n{FLAGS.hparams_set} on {PROBLEM}, no XLA; {m['cpu']}, {m['cores']} cores, "
-          f"TF {m['tensorflow']}; {FLAGS.steps} profiled steps, median step "
-          f"{ops['step_median_s']:.2f} s")
+          f"TF {m['tensorflow']}, oneDNN {'on' if m['onednn'] else 'off'}; {FLAGS.steps} "
+          f"profiled steps, median step {ops['step_median_s']:.2f} s")
     header = f"{'group of operations':<36}{'self s/step':>12}{'share':>8}"
     print(header + "\n" + "-" * len(header))
     total = sum(ops["groups"].values())
@@ -226,12 +212,16 @@ def print_tables(result):
           f"{p['steps_per_s']:.2f} steps/s ({p['batches_per_s'] / p['steps_per_s']:.0f} times "
           f"faster than it is read)")
     if result["variants"]:
-        header = f"\n{'variant':<20}{'intra':>6}{'inter':>6}{'target tok/s':>14}{'vs default':>11}"
+        header = (f"\n{'variant':<20}{'intra':>6}{'inter':>6}{'oneDNN':>7}{'target tok/s':>14}"
+                  f"{'vs first':>9}")
         print(header + "\n" + "-" * (len(header) - 1))
         base = next(iter(result["variants"].values()))["target_tokens_per_s"]
         for name, v in result["variants"].items():
             print(f"{name:<20}{v['intra_op_threads']:>6}{v['inter_op_threads']:>6}"
-                  f"{v['target_tokens_per_s']:>14.0f}{v['target_tokens_per_s'] / base:>11.2f}")
+                  f"{'on' if v['onednn'] else 'off':>7}{v['target_tokens_per_s']:>14.0f}"
+                  f"{v['target_tokens_per_s'] / base:>9.2f}")
+        print(f"oneDNN: as TensorFlow reported in the variant's process ({ONEDNN} unset, 0 "
+              f"or 1 in its environment); vs first: against {next(iter(result['variants']))}")
 
 
 def main(unused_argv):
@@ -259,7 +249,8 @@ def main(unused_argv):
         "top_types": [(op, s / len(profiled)) for op, s in self_seconds.most_common(8)],
         "matmul_gflops": flops / sum(s for op, s in self_seconds.items()
                                      if group_of(op) == "matrix multiplies") / 1e9}
-    shape_rates, weighted = standalone_rates(dense_shapes(profiled[0], hparams, vocab_size))
+    shape_rates, weighted = standalone_rates(
+        training_run.dense_shapes(profiled[0], hparams, vocab_size))
     result["ops"].update({
         "matmul_gflop_per_step": flops / len(profiled) / 1e9,
         "standalone_gflops_by_shape": shape_rates, "standalone_gflops_weighted": weighted,

@@ -1,56 +1,101 @@
-"""Training speed on translate_multi30k_deen, with XLA and without, and model FLOPs utilisation.
+"""Training speed on translate_multi30k_deen, in alternating rounds, and model FLOPs utilisation
+against the fastest float32 matmul the machine runs.
 
-  python benchmarks/train_speed.py --data_dir=D [--hparams_set=transformer_small] [--steps=60]
+  python benchmarks/train_speed.py --data_dir=D [--modes=no_xla_each] [--rounds=3]
+      [--compare] [--warmup_steps=20 --steps=60 --window=10] [--output_json=F]
 
-Each mode trains a fresh model as the trainer does (TrainingSteps, forward/backward XLA-compiled
-or not) on the real training batches, timing each step. XLA compiles once per padded batch
-shape: under XLA, steps with a new shape count in "compile s" (time - median step time), not in
-the rates (medians over windows of --window timed steps of real tokens, or steps, per second).
+Contestants. Each requested --modes is a contestant: t2t_lite trained as the trainer trains it
+(TrainingSteps, forward/backward XLA-compiled or not) with the project's defaults, on the seeded
+training batches (every t2t_lite contestant sees the same ones). --kernels_compare (on with
+--compare) adds the first mode on TensorFlow's default kernels (TF_ENABLE_ONEDNN_OPTS=0, where
+t2t_lite asks for oneDNN), to show what oneDNN gives on this CPU. --compare adds OpenNMT-tf
+(benchmarks/peers/opennmt_tf) twice: as its users run it (TensorFlow's own choice of kernels and
+thread pools) and with t2t_lite's TensorFlow settings (oneDNN, and the same --intra_op /
+--inter_op_parallelism_threads).
 
-MFU = model FLOP/s / matmul FLOP/s, by the 6 · parameters · tokens estimate (2 FLOPs forward and
-4 backward per weight and token), each token counting the parameters it passes through:
+Rounds. The speed of a shared or virtual machine drifts (by 1.5 times within ten minutes on the
+one these figures come from), so contestants that run one after the other are not compared on
+the same machine. The contestants run in turn, A, B, C, A, B, C, ... for --rounds rounds, each
+contestant-round in a process of its own (its environment set before TensorFlow loads) for
+--warmup_steps untimed and --steps timed steps. Each pair of contestants is compared round by
+round: the ratio of their target tokens per second within a round (when they ran minutes
+apart), then the median and the spread (min-max) of those ratios over the rounds. A
+contestant's own figure is the median over rounds.
+
+In a t2t_lite round every step is timed until its counts are read back; its rates are medians
+over windows of --window timed steps (real tokens, or steps, per second), leaving out the steps
+whose padded batch shape is new under XLA, since XLA compiles each of those ("compile s": their
+time minus the median step time). The peer's rates are medians of OpenNMT-tf's own log windows
+of --window updates after its first --warmup_steps.
+
+MFU = model FLOP/s / the best float32 matmul rate measured in the same run, by the
+6 · parameters · tokens estimate (2 FLOPs forward and 4 backward per weight and token), each
+token counting the parameters it passes through:
   model FLOP/s = 6 · (N_src · S + (N_tgt + d · V) · T)
 S, T: real source and target tokens/s; N_src: the encoder and the key/value projections of the
 encoder-decoder attention; N_tgt: the rest of the decoder; d · V: the pre-softmax projection.
-Embedding lookups, attention scores (QK^T, weights·V) and padding count nothing. Matmul rate: the
-better of eager and XLA tf.matmul of 2048x2048 float32, median of runs before and after training.
+Embedding lookups, attention scores (QK^T, weights·V) and padding count nothing. OpenNMT-tf
+trains the same model, so its tokens count the same FLOPs.
+The matmul rates (reporting.matmul_backends): TensorFlow's default kernels (eager and XLA),
+TensorFlow with oneDNN (eager and XLA) and numpy's BLAS, each in its own process, on a 2048^3
+product and on each dense-layer shape of a t2t_lite step (training_run.dense_shapes of the first
+timed batch), median of --matmul_runs runs, before the rounds and after them. The best of all
+those medians is the denominator: what this CPU reached in float32 at its best moment of the run.
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 import training_run  # noqa: E402  (benchmarks/training_run.py)
+from reporting import ONEDNN  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf", "run.py")
+PEER_NO_PYTHON = 3  # run.py's exit status when no Python 3.10 or 3.11 exists for OpenNMT-tf
+ONEDNN_ON_LINE = "oneDNN custom operations are on"  # TensorFlow's log line when it loads oneDNN
 
 training_run.define_flags()
-flags.DEFINE_integer("steps", 60, "Timed training steps per mode.")
-flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per mode before the timed ones.")
+flags.DEFINE_integer("steps", 60, "Timed training steps per contestant and round.")
+flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per contestant and round before the "
+                     "timed ones.")
 flags.DEFINE_integer("window", 10, "Steps per timing window.")
+flags.DEFINE_integer("rounds", 3, "Rounds: every contestant runs once a round, in turn.",
+                     lower_bound=1)
 MODES = {  # name: (XLA, hparams.length_bucketing)
     "xla": (True, "longer"),
     "no_xla": (False, "longer"),
     "no_xla_each": (False, "each"),  # source and target lengths bucketed apart: less padding
 }
-flags.DEFINE_list("modes", ["xla", "no_xla"], "Of: " + ", ".join(
+flags.DEFINE_list("modes", ["no_xla_each"], "t2t_lite contestants, of: " + ", ".join(
     f"{name} (XLA {'on' if xla else 'off'}, length_bucketing={bucketing})"
     for name, (xla, bucketing) in MODES.items()))
+flags.DEFINE_boolean("compare", False, "Add OpenNMT-tf (benchmarks/peers/opennmt_tf) as two "
+                     "contestants: as its users run it, and with t2t_lite's TensorFlow settings.")
+flags.DEFINE_boolean("kernels_compare", None, "Add the first of --modes on TensorFlow's default "
+                     "kernels (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
+flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
+                     "after the rounds.", lower_bound=1)
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
-flags.DEFINE_boolean("compare", False, "Also train OpenNMT-tf (benchmarks/peers/opennmt_tf) "
-                     "for --warmup_steps + --steps with the same configuration and data.")
-flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder.")
-common.define_thread_flags()  # for t2t_lite and, with --compare, the peer alike
-flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), ", ".join(MODES))
+flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder (its "
+                    "logs of every round are kept there).")
+flags.DEFINE_string("contestant_child", None, "(internal) train this mode in this process for "
+                    "one round and print its JSON.")
+common.define_thread_flags()  # t2t_lite's, and the peer's with t2t_lite's TensorFlow settings
+flags.register_validator("modes", lambda modes: modes and set(modes) <= set(MODES),
+                         "one or more of " + ", ".join(MODES))
 
+
+# --- One t2t_lite round (the contestant's own process) -------------------------------------------
 
 def parameter_counts(model):
     """{"source_side": N_src, "target_side": N_tgt, "embedding": ...}, as in the docstring."""
@@ -65,6 +110,7 @@ def parameter_counts(model):
 
 
 def run_mode(mode, problem, hparams, vocab_size):
+    """(the trained Keras model, this round's rates and timings) of t2t_lite in `mode`."""
     xla, bucketing = MODES[mode]
     hparams = hparams.replace(length_bucketing=bucketing)
     training_steps = training_run.training_steps(hparams, vocab_size, jit_compile=xla)
@@ -102,42 +148,69 @@ def run_mode(mode, problem, hparams, vocab_size):
                   for s in steps]}
 
 
-def model_flops_per_s(parameters, stats):
-    """6 · (N_src · S + (N_tgt + d · V) · T), as in the docstring."""
-    return 6 * (parameters["source_side"] * stats["source_tokens_per_s"] + (
-        parameters["target_side"] + parameters["softmax_d_times_v"])
-        * stats["target_tokens_per_s"])
+def contestant_child(mode):
+    """Trains `mode` for one round and prints "CONTESTANT {json}" (rates, the model's parameter
+    counts, and whether TensorFlow runs oneDNN in this process)."""
+    problem = registry.problem(PROBLEM)
+    hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
+    model, stats = run_mode(mode, problem, hparams, vocab_size)
+    stats["parameters"] = {**parameter_counts(model), "total": model.count_params(),
+                           "softmax_d_times_v": hparams.hidden_size * vocab_size}
+    stats["onednn"] = reporting.onednn_enabled()
+    print("CONTESTANT " + json.dumps(stats))
 
 
-def print_table(result, peak):
-    m, p, modes, gflops = (result[k] for k in ("machine", "parameters", "modes", "matmul_gflops"))
-    print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
-          f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.warmup_steps} warm-up + {FLAGS.steps} "
-          f"timed steps a mode; fp32 matmul 2048^2: {gflops['eager']:.0f} GFLOP/s eager, "
-          f"{gflops['xla']:.0f} XLA; threads intra-op {FLAGS.intra_op_parallelism_threads}, "
-          f"inter-op {FLAGS.inter_op_parallelism_threads} (0: TensorFlow's choice)")
-    header = (f"{'mode':<11} {'target tok/s':>12} {'best':>6} {'source tok/s':>12} {'steps/s':>8} "
-              f"{'padding':>8} {'warm-up s':>9} {'compile s':>9} {'shapes':>6} {'MFU':>6}")
-    print(header + "\n" + "-" * len(header))
-    for mode, s in modes.items():
-        print(f"{mode:<11} {s['target_tokens_per_s']:>12.0f} "
-              f"{max(s['window_target_tokens_per_s']):>6.0f} {s['source_tokens_per_s']:>12.0f} "
-              f"{s['steps_per_s']:>8.2f} {100 * s['padding_fraction']:>7.1f}% "
-              f"{s['warmup_seconds']:>9.1f} {s['compile_seconds']:>9.1f} "
-              f"{s['distinct_shapes']:>6d} {100 * s['mfu']:>5.1f}%")
-    if "xla_speedup" in result:
-        print(f"XLA / no XLA (target tokens/s): {result['xla_speedup']:.2f}")
-    print(f"tokens: non-pad; rates: median over windows of {FLAGS.window} timed steps without a "
-          f"new batch shape (best: the fastest window); shapes: distinct padded batch shapes\n"
-          f"MFU = 6 * ({p['source_side']:,} * source tok/s + ({p['target_side']:,} + "
-          f"{p['softmax_d_times_v']:,}) * target tok/s) / {peak / 1e9:.0f} GFLOP/s "
-          f"(encoder; decoder + softmax; attention scores and embedding lookups not counted)")
+# --- The contestants and their rounds ------------------------------------------------------------
+
+def contestants() -> list:
+    """[{name, kind, mode, environment changes, threads}] in the order each round runs them."""
+    own_threads = [FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads]
+    result = [{"name": f"t2t_lite {mode}", "kind": "t2t_lite", "mode": mode,
+               # the project's default kernels (oneDNN on x86-64, t2t_lite/cpu_kernels.py)
+               "environment": {ONEDNN: None}, "threads": own_threads} for mode in FLAGS.modes]
+    kernels = FLAGS.compare if FLAGS.kernels_compare is None else FLAGS.kernels_compare
+    if kernels:
+        result.append({"name": f"t2t_lite {FLAGS.modes[0]} TF kernels", "kind": "t2t_lite",
+                       "mode": FLAGS.modes[0], "environment": {ONEDNN: "0"},
+                       "threads": own_threads})
+    if FLAGS.compare:
+        # As its users run it: no TF_ENABLE_ONEDNN_OPTS. run.py imports t2t_lite, which sets the
+        # variable to 1 when it is absent and hands its environment on to onmt-main; an empty
+        # value survives that and makes TensorFlow fall back to its own default (it logs a
+        # warning saying so). TF_CPP_MIN_LOG_LEVEL=0 keeps TensorFlow's line saying whether
+        # oneDNN is on in the peer's training log, which each round reads back.
+        result.append({"name": "OpenNMT-tf as users run it", "kind": "peer",
+                       "environment": {ONEDNN: "", "TF_CPP_MIN_LOG_LEVEL": "0"},
+                       "threads": [0, 0]})
+        result.append({"name": "OpenNMT-tf t2t_lite's TF settings", "kind": "peer",
+                       "environment": {ONEDNN: "1", "TF_CPP_MIN_LOG_LEVEL": "0"},
+                       "threads": own_threads})
+    return result
 
 
-def run_peer(hparams):
-    """OpenNMT-tf's throughput from its log (see peers/opennmt_tf/README.md), or None with the
-    reason printed when it cannot run here."""
-    json_path = os.path.join(FLAGS.peer_work_dir, "train_speed.json")
+def thread_flags(threads) -> list:
+    return [f"--intra_op_parallelism_threads={threads[0]}",
+            f"--inter_op_parallelism_threads={threads[1]}"]
+
+
+def run_t2t_lite(contestant) -> dict:
+    command = [sys.executable, os.path.abspath(__file__),
+               f"--contestant_child={contestant['mode']}", f"--data_dir={FLAGS.data_dir}",
+               f"--tmp_dir={FLAGS.tmp_dir}", f"--hparams_set={FLAGS.hparams_set}",
+               f"--hparams={FLAGS.hparams}", f"--warmup_steps={FLAGS.warmup_steps}",
+               f"--steps={FLAGS.steps}", f"--window={FLAGS.window}",
+               *thread_flags(contestant["threads"])]
+    return reporting.run_child(command, reporting.child_environment(contestant["environment"]),
+                               "CONTESTANT")
+
+
+def run_peer(contestant, hparams, round_index) -> dict:
+    """One round of OpenNMT-tf (see peers/opennmt_tf/README.md); its output and training log
+    are kept in --peer_work_dir as round<R>_<contestant>.log and .train.log."""
+    os.makedirs(FLAGS.peer_work_dir, exist_ok=True)
+    stem = os.path.join(FLAGS.peer_work_dir, f"round{round_index + 1}_" + "".join(
+        c if c.isalnum() else "_" for c in contestant["name"]))
+    json_path = stem + ".json"
     command = [sys.executable, PEER, f"--data_dir={FLAGS.data_dir}", f"--tmp_dir={FLAGS.tmp_dir}",
                f"--work_dir={FLAGS.peer_work_dir}",
                f"--train_steps={FLAGS.warmup_steps + FLAGS.steps}",
@@ -145,65 +218,272 @@ def run_peer(hparams):
                f"--learning_rate_constant={hparams.learning_rate_constant}",
                f"--log_every={FLAGS.window}", f"--skip_steps={FLAGS.warmup_steps}",
                f"--save_every={FLAGS.warmup_steps + FLAGS.steps}", f"--output_json={json_path}",
-               f"--intra_op_parallelism_threads={FLAGS.intra_op_parallelism_threads}",
-               f"--inter_op_parallelism_threads={FLAGS.inter_op_parallelism_threads}"]
-    if subprocess.run(command).returncode:
-        print("the OpenNMT-tf peer did not run; see its message above")
-        return None
+               *thread_flags(contestant["threads"])]
+    environment = reporting.child_environment(contestant["environment"])
+    with open(stem + ".log", "w", encoding="utf-8") as log:
+        status = subprocess.run(command, stdout=log, stderr=log, env=environment).returncode
+    if status:
+        with open(stem + ".log", encoding="utf-8") as log:
+            print("".join(log.readlines()[-30:]))
+        raise reporting.ChildFailed(f"the OpenNMT-tf peer failed (exit status {status}); its "
+                                    f"output: {stem}.log", status)
+    train_log = os.path.join(FLAGS.peer_work_dir, "train.log")
+    shutil.copyfile(train_log, stem + ".train.log")
     with open(json_path, encoding="utf-8") as handle:
-        return json.load(handle)
+        result = json.load(handle)
+    with open(train_log, encoding="utf-8") as handle:
+        result["onednn"] = ONEDNN_ON_LINE in handle.read()
+    return result
 
 
-def print_comparison(result):
-    peer, ours = result["peer"], result["modes"]
-    print(f"\n{'toolkit':<40} {'target tok/s':>12} {'source tok/s':>12} {'steps/s':>8} "
-          f"{'MFU':>6}")
-    rows = [("t2t_lite " + mode, s) for mode, s in ours.items()] + [(peer["toolkit"], peer)]
-    for name, s in rows:
-        print(f"{name[:40]:<40} {s['target_tokens_per_s']:>12.0f} "
-              f"{s['source_tokens_per_s']:>12.0f} {s['steps_per_s']:>8.2f} "
-              f"{100 * s['mfu']:>5.1f}%")
-    for mode, ratio in result["ratio_to_peer"].items():
-        print(f"t2t_lite {mode} / OpenNMT-tf (target tokens/s): {ratio:.2f}")
+def run_rounds(entries, hparams) -> list:
+    """Runs every contestant once a round, in turn; fills each entry's "rounds" (a result, or
+    None where it did not run) and returns the order in which they ran, with times."""
+    order = []
+    for entry in entries:
+        entry["rounds"] = []
+    for round_index in range(FLAGS.rounds):
+        for entry in entries:
+            if entry.get("dropped"):
+                entry["rounds"].append(None)
+                continue
+            print(f"round {round_index + 1}/{FLAGS.rounds}: {entry['name']} "
+                  f"({FLAGS.warmup_steps} + {FLAGS.steps} steps)", flush=True)
+            start, load = time.time(), os.getloadavg()
+            try:
+                if entry["kind"] == "t2t_lite":
+                    result = run_t2t_lite(entry)
+                else:
+                    result = run_peer(entry, hparams, round_index)
+            except reporting.ChildFailed as error:
+                if entry["kind"] == "t2t_lite":
+                    raise
+                reason = ("no Python 3.10 or 3.11 for it" if error.status == PEER_NO_PYTHON
+                          else str(error))
+                print(f"  left out of the remaining rounds: {reason}", flush=True)
+                entry["dropped"], result = reason, None
+            seconds = time.time() - start
+            order.append({"round": round_index + 1, "contestant": entry["name"],
+                          "start": start, "seconds": seconds, "load_average_before": load})
+            entry["rounds"].append(result)
+            if result:
+                rate = result.get("target_tokens_per_s")
+                print(f"  {'-' if rate is None else f'{rate:.0f}'} target tok/s, oneDNN "
+                      f"{'on' if result['onednn'] else 'off'}, {seconds:.0f} s", flush=True)
+    return order
+
+
+# --- Summaries -----------------------------------------------------------------------------------
+
+def model_flops_per_s(parameters, stats):
+    """6 · (N_src · S + (N_tgt + d · V) · T), as in the docstring."""
+    return 6 * (parameters["source_side"] * stats["source_tokens_per_s"] + (
+        parameters["target_side"] + parameters["softmax_d_times_v"])
+        * stats["target_tokens_per_s"])
+
+
+def per_round(entry, key="target_tokens_per_s") -> list:
+    return [result.get(key) if result else None for result in entry["rounds"]]
+
+
+def summarize(entry, parameters, peak_gflops):
+    """The contestant's medians over rounds (and, for t2t_lite, its timings) and MFU."""
+    rates = [rate for rate in per_round(entry) if rate is not None]
+    if not rates:
+        return None
+    median = statistics.median
+    ran = [result for result in entry["rounds"] if result]
+    summary = {"target_tokens_per_s": median(rates), "min": min(rates), "max": max(rates),
+               "per_round": per_round(entry), "rounds": len(rates),
+               "source_tokens_per_s": median(
+                   r for r in per_round(entry, "source_tokens_per_s") if r is not None),
+               "steps_per_s": median(r for r in per_round(entry, "steps_per_s") if r is not None),
+               "onednn": sorted({result["onednn"] for result in ran})}
+    if entry["kind"] == "t2t_lite":
+        summary.update({
+            "best_window": max(max(r["window_target_tokens_per_s"]) for r in ran),
+            "padding_fraction": median(r["padding_fraction"] for r in ran),
+            "warmup_seconds": median(r["warmup_seconds"] for r in ran),
+            "compile_seconds": median(r["compile_seconds"] for r in ran),
+            "distinct_shapes": max(r["distinct_shapes"] for r in ran)})
+    else:
+        summary["toolkit"] = ran[0]["toolkit"]
+    summary["model_flops_per_s"] = model_flops_per_s(parameters, summary)
+    summary["mfu"] = summary["model_flops_per_s"] / (peak_gflops * 1e9)
+    return summary
+
+
+def ratio_pairs(entries) -> list:
+    """(numerator, denominator) contestants: every t2t_lite one against every peer, oneDNN
+    against TensorFlow's kernels, XLA against no XLA."""
+    ours = [e for e in entries if e["kind"] == "t2t_lite"]
+    pairs = [(a, b) for a in ours for b in entries if b["kind"] == "peer"]
+    by_name = {e["name"]: e for e in entries}
+    kernels = by_name.get(f"t2t_lite {FLAGS.modes[0]} TF kernels")
+    if kernels:
+        pairs.append((by_name[f"t2t_lite {FLAGS.modes[0]}"], kernels))
+    if "t2t_lite xla" in by_name and "t2t_lite no_xla" in by_name:
+        pairs.append((by_name["t2t_lite xla"], by_name["t2t_lite no_xla"]))
+    return pairs
+
+
+def ratios(entries) -> list:
+    """Per pair: the ratio of target tokens/s within each round, their median, min and max."""
+    result = []
+    for a, b in ratio_pairs(entries):
+        each = [x / y if x and y else None for x, y in zip(per_round(a), per_round(b))]
+        valid = [value for value in each if value is not None]
+        result.append({"numerator": a["name"], "denominator": b["name"], "per_round": each,
+                       "median": statistics.median(valid) if valid else None,
+                       "min": min(valid) if valid else None,
+                       "max": max(valid) if valid else None})
+    return result
+
+
+# --- Tables --------------------------------------------------------------------------------------
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def print_matmul_table(matmul, shape_counts):
+    before, after = matmul["before"], matmul["after"]
+    backends = list(before["rates"])
+    blas = before["backends"]["numpy"]["blas"]
+    blas_text = (f"{blas.get('name') or blas.get('libraries')} {blas.get('version', '')} "
+                 f"({blas.get('architecture', '?')} kernels)")
+    print(f"\nfloat32 matmul GFLOP/s, median of {FLAGS.matmul_runs} runs, before / after the "
+          f"rounds; each backend in its own process; numpy's BLAS: {blas_text}")
+    header = f"{'m x k x n':<16}{'matmuls':>8}" + "".join(f"{b:>17}" for b in backends)
+    print(header + "\n" + "-" * len(header))
+    for shape in before["rates"][backends[0]]:
+        count = shape_counts.get(shape)
+        print(f"{shape:<16}{fmt(count, 'd'):>8}" + "".join(
+            f"{before['rates'][b][shape]:>11.0f} / {after['rates'][b][shape]:<3.0f}"
+            for b in backends))
+    print(f"{'step (FLOP-weighted)':<24}" + "".join(
+        f"{before['step_weighted'][b]:>11.0f} / {after['step_weighted'][b]:<3.0f}"
+        for b in backends))
+    best = matmul["best"]
+    print(f"matmuls: of that shape in one forward pass of the first timed batch (the backward "
+          f"pass doubles them); best: {best['gflops']:.0f} GFLOP/s ({best['backend']}, "
+          f"{best['shape']}, {best['when']} the rounds), the MFU denominator")
+
+
+def print_tables(result):
+    m = result["machine"]
+    print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
+          f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.rounds} rounds of "
+          f"{FLAGS.warmup_steps} warm-up + {FLAGS.steps} timed steps a contestant, in turn; "
+          f"threads intra/inter-op (0: TensorFlow's choice)")
+    header = (f"{'contestant':<34}{'oneDNN':>7}{'threads':>8}{'target tok/s':>13}{'min':>6}"
+              f"{'max':>6}{'source tok/s':>13}{'steps/s':>8}{'MFU':>7}  per round")
+    print(header + "\n" + "-" * (len(header) + 10))
+    for entry in result["contestants"]:
+        s = entry["summary"]
+        if s is None:
+            print(f"{entry['name']:<34}  no rate: "
+                  f"{entry.get('dropped') or 'no log window after the warm-up steps'}")
+            continue
+        onednn = "/".join("on" if on else "off" for on in s["onednn"])
+        print(f"{entry['name']:<34}{onednn:>7}{'/'.join(map(str, entry['threads'])):>8}"
+              f"{s['target_tokens_per_s']:>13.0f}{s['min']:>6.0f}{s['max']:>6.0f}"
+              f"{s['source_tokens_per_s']:>13.0f}{s['steps_per_s']:>8.3f}"
+              f"{100 * s['mfu']:>6.1f}%  " + " ".join(fmt(r, ".0f") for r in s["per_round"]))
+    peers = [e["summary"]["toolkit"] for e in result["contestants"]
+             if e["kind"] == "peer" and e["summary"]]
+    print(f"target tok/s: median over rounds (min, max, each round) of {FLAGS.window}-step "
+          f"windows' medians; oneDNN: as TensorFlow reported in the contestant's process"
+          + (f"; OpenNMT-tf: {peers[0]}" if peers else ""))
+    p = result["parameters"]
+    print(f"MFU = 6 * ({p['source_side']:,} * source tok/s + ({p['target_side']:,} + "
+          f"{p['softmax_d_times_v']:,}) * target tok/s) / {result['matmul']['best']['gflops']:.0f}"
+          f" GFLOP/s (encoder; decoder + softmax; attention scores and embedding lookups not "
+          f"counted)")
+
+    ours = [e for e in result["contestants"] if e["kind"] == "t2t_lite" and e["summary"]]
+    header = (f"\n{'t2t_lite':<34}{'best':>6}{'padding':>8}{'warm-up s':>10}{'compile s':>10}"
+              f"{'shapes':>7}")
+    print(header + "\n" + "-" * (len(header) - 1))
+    for entry in ours:
+        s = entry["summary"]
+        print(f"{entry['name']:<34}{s['best_window']:>6.0f}{100 * s['padding_fraction']:>7.1f}%"
+              f"{s['warmup_seconds']:>10.1f}{s['compile_seconds']:>10.1f}"
+              f"{s['distinct_shapes']:>7d}")
+    print("best: the fastest window of any round; padding: of the timed steps' positions; "
+          "warm-up s, compile s: medians over rounds; shapes: distinct padded batch shapes")
+
+    if result["ratios"]:
+        header = (f"\n{'target tok/s ratio, same round':<68}{'median':>7}{'min':>6}{'max':>6}"
+                  f"  per round")
+        print(header + "\n" + "-" * (len(header) + 8))
+        for r in result["ratios"]:
+            print(f"{r['numerator'] + ' / ' + r['denominator']:<68}{fmt(r['median'], '.2f'):>7}"
+                  f"{fmt(r['min'], '.2f'):>6}{fmt(r['max'], '.2f'):>6}  "
+                  + " ".join(fmt(value, ".2f") for value in r["per_round"]))
+
+
+# --- The run -------------------------------------------------------------------------------------
+
+def first_timed_batch(problem, hparams):
+    """The batch of the first timed step of the first mode (its dense-layer shapes are the
+    ones whose matmul rates are measured)."""
+    hparams = hparams.replace(length_bucketing=MODES[FLAGS.modes[0]][1])
+    batches = training_run.training_batches(problem, hparams).skip(FLAGS.warmup_steps)
+    return hparams, next(iter(batches.take(1)))
+
+
+def measure_matmuls(shapes, dense_flops) -> dict:
+    """reporting.matmul_backends on `shapes`, and each backend's rate over the step's dense
+    layers (FLOP-weighted)."""
+    measured = reporting.matmul_backends(shapes, runs=FLAGS.matmul_runs)
+    measured["step_weighted"] = {
+        backend: reporting.flop_weighted_gflops(rates, dense_flops)
+        for backend, rates in measured["rates"].items()}
+    return measured
 
 
 def main(unused_argv):
-    common.set_threads_from_flags()
+    if FLAGS.contestant_child:
+        common.set_threads_from_flags()
+        return contestant_child(FLAGS.contestant_child)
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
+    entries = contestants()
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
               "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps, "window": FLAGS.window,
+              "rounds": FLAGS.rounds, "matmul_runs": FLAGS.matmul_runs,
               "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
                           "inter_op": FLAGS.inter_op_parallelism_threads},
-              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()},
-              "modes": {}}
-    matmuls = {name: reporting.matmul_gflops(name == "xla") for name in ("eager", "xla")}
-    for mode in FLAGS.modes:
-        print(f"mode {mode}: {FLAGS.warmup_steps} + {FLAGS.steps} steps", flush=True)
-        model, result["modes"][mode] = run_mode(mode, problem, hparams, vocab_size)
-    result["matmul_gflops"] = {
-        name: statistics.median(rates + reporting.matmul_gflops(name == "xla"))
-        for name, rates in matmuls.items()}  # before and after training
-    peak = max(result["matmul_gflops"].values()) * 1e9
-    p = result["parameters"] = {**parameter_counts(model), "total": model.count_params(),
-                                "softmax_d_times_v": hparams.hidden_size * vocab_size}
-    for stats in result["modes"].values():
-        stats["model_flops_per_s"] = model_flops_per_s(p, stats)
-        stats["mfu"] = stats["model_flops_per_s"] / peak
-    if {"xla", "no_xla"} <= set(result["modes"]):
-        result["xla_speedup"] = (result["modes"]["xla"]["target_tokens_per_s"]
-                                 / result["modes"]["no_xla"]["target_tokens_per_s"])
+              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()}}
+
+    shape_hparams, batch = first_timed_batch(problem, hparams)
+    dense = training_run.dense_shapes(batch, shape_hparams, vocab_size)
+    dense_flops = {reporting.shape_key(s): f for s, f in training_run.shape_flops(dense).items()}
+    shapes = [reporting.SQUARE] + [s for s in dense if s != reporting.SQUARE]
+    print(f"float32 matmul rates before the rounds ({len(shapes)} shapes, "
+          f"{len(reporting.MATMUL_BACKENDS)} backends)", flush=True)
+    matmul = {"before": measure_matmuls(shapes, dense_flops),
+              "dense_shapes": {reporting.shape_key(s): n for s, n in dense.items()}}
+
+    result["order"] = run_rounds(entries, hparams)
+
+    print("float32 matmul rates after the rounds", flush=True)
+    matmul["after"] = measure_matmuls(shapes, dense_flops)
+    matmul["best"] = reporting.best_rate({when: matmul[when] for when in ("before", "after")})
+    gflops = matmul["best"]["gflops"]
+    result["matmul"] = matmul
     result["machine"]["load_average_at_end"] = os.getloadavg()  # 1, 5, 15 min
-    print_table(result, peak)
-    if FLAGS.compare:
-        result["peer"] = run_peer(hparams)
-        if result["peer"]:  # the same model, so the same FLOPs per token
-            result["peer"]["mfu"] = model_flops_per_s(p, result["peer"]) / peak
-            result["ratio_to_peer"] = {
-                mode: stats["target_tokens_per_s"] / result["peer"]["target_tokens_per_s"]
-                for mode, stats in result["modes"].items()}
-            print_comparison(result)
+
+    first = next(r for e in entries if e["kind"] == "t2t_lite" for r in e["rounds"] if r)
+    parameters = result["parameters"] = first["parameters"]
+    for entry in entries:
+        entry["summary"] = summarize(entry, parameters, gflops)
+    result["contestants"] = entries
+    result["ratios"] = ratios(entries)
+    print_matmul_table(matmul, matmul["dense_shapes"])
+    print_tables(result)
     if FLAGS.output_json:
         reporting.write_json(FLAGS.output_json, result)
 

@@ -1,7 +1,10 @@
 """What train_speed.py and profile_step.py share: their data and hparams flags, a fresh
 `transformer` trained as t2t_lite-trainer trains it (TrainingSteps) on the seeded training
-batches, and the clock of every training-speed figure: a step is timed until its counts are read
-back."""
+batches, the clock of every training-speed figure (a step is timed until its counts are read
+back), and the matrix-multiply shapes of a step's dense layers (whose rates alone bound the
+step)."""
+import collections
+import math
 import os
 import time
 
@@ -50,3 +53,32 @@ def timed_steps(steps: TrainingSteps, batches) -> list:
                       "inputs_real": counts["real_tokens"] - counts["target_tokens"],
                       "tensor": counts["padded_tokens"]})
     return timed
+
+
+def dense_shapes(batch, hparams, vocab_size) -> collections.Counter:
+    """{(m, k, n): matmuls of that shape in one forward pass}: the dense layers of a step on
+    `batch` over every padded position, as the ops compute them (the backward pass multiplies
+    the same sizes, transposed). With `output_layer_chunk_rows`, the pre-softmax projection
+    runs over the real target positions only, that many rows at a time."""
+    rows, source = batch["inputs"].shape
+    source, target = rows * source, rows * batch["targets"].shape[1]
+    d, f = hparams.hidden_size, hparams.filter_size
+    shapes = collections.Counter()
+    shapes[source, d, d] += 4 * hparams.encoder_layers + 2 * hparams.decoder_layers  # + memory k, v
+    shapes[target, d, d] += 6 * hparams.decoder_layers  # self-attention q, k, v, out; q, out
+    for tokens, layers in ((source, hparams.encoder_layers), (target, hparams.decoder_layers)):
+        shapes[tokens, d, f] += layers
+        shapes[tokens, f, d] += layers
+    chunk_rows = getattr(hparams, "output_layer_chunk_rows", 0)
+    if chunk_rows:
+        real_targets = int((batch["targets"].numpy() != 0).sum())
+        shapes[chunk_rows, d, vocab_size] += math.ceil(real_targets / chunk_rows)
+    else:
+        shapes[target, d, vocab_size] += 1  # the pre-softmax projection
+    return shapes
+
+
+def shape_flops(shapes) -> dict:
+    """{(m, k, n): FLOPs of all the matmuls of that shape}."""
+    return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
+
