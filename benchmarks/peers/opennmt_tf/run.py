@@ -2,7 +2,8 @@
 
   python benchmarks/peers/opennmt_tf/run.py --data_dir=D --work_dir=W
       (--train_steps=N | --train_minutes=M) [--warmup_steps=400 --learning_rate_constant=0.5]
-      [--save_every=100 --average_last=3 --decode] [--log_every=25] [--output_json=F]
+      [--save_every=100 --average_last=3 --decode] [--dev_loss] [--curve_every_minutes=3
+      [--dev_bleu_source=F --dev_bleu_reference=F]] [--log_every=25] [--output_json=F]
 
 1. Environment: OpenNMT-tf needs TensorFlow 2.13, which needs Python 3.10 or 3.11. A virtual
    environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1 and the sacrebleu and
@@ -28,6 +29,16 @@
    test_2016_flickr translated with beam 4 and length penalty 0.6 (`onmt-main infer`), the
    pieces detokenized with the same SentencePiece model and scored by t2t_lite's own
    `decoder.score` (sacreBLEU, default settings) against the raw English lines.
+6. With --dev_loss: `onmt-main eval` of the last checkpoint on the whole dev split (OpenNMT-tf's
+   evaluation loss: cross entropy per target token without label smoothing), through
+   eval_loss.py, which leaves out the beam search that OpenNMT-tf's evaluator runs for
+   predictions nobody reads here.
+7. With --curve_every_minutes: timed_train.py also keeps the model's weights every that many
+   minutes of training and after the last update (with their step and time); after training,
+   each translates the dev BLEU sentences (--dev_bleu_source / --dev_bleu_reference, else the
+   first --dev_bleu_sentences dev pairs) greedily with `onmt-main infer` (params.beam_width 1)
+   on that checkpoint, scored as in 5: the dev BLEU curve (`dev_bleu_curve`). Nothing is
+   decoded while it trains.
 
 What was checked in OpenNMT-tf 2.32's source:
 - Schedule. `opennmt.schedules.NoamDecay(scale, model_dim, warmup_steps)` at Keras optimizer
@@ -82,6 +93,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 DEFAULT_TMP_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "opennmt_tf")
 TIMED_TRAIN = os.path.join(HERE, "timed_train.py")
+EVAL_LOSS = os.path.join(HERE, "eval_loss.py")
 PROBLEM = "translate_multi30k_deen"
 HPARAMS_SET = "transformer_small"
 OPENNMT_TF_VERSION = "2.32.0"
@@ -116,6 +128,16 @@ flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, lengt
                      "0.6) and score it with sacreBLEU.")
 flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
                      "all 1,000).")
+flags.DEFINE_boolean("dev_loss", False, "After training, the dev loss of the last checkpoint "
+                     "(`onmt-main eval` on the whole dev split).")
+flags.DEFINE_float("curve_every_minutes", 0, "Keep the model's weights every this many minutes "
+                   "of training and after the last update, and after training score each on "
+                   "the dev BLEU sentences (greedy); 0: no curve.")
+flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU curve, one a "
+                    "line (default: the first --dev_bleu_sentences of the dev split).")
+flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
+flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the curve when no files are "
+                     "given.")
 flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
 flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
                      "left out of the throughput (warm-up).")
@@ -274,11 +296,12 @@ class PieceTokens:
 
 def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_sentences: int = 0):
     """Tokenized train / dev / test source files and the vocabulary in `out_dir`. Returns
-    their paths, the number of pairs of each split, the vocabulary size and the test references
-    (the first `test_sentences` if not 0), and the PieceTokens."""
+    their paths, the number of pairs of each split, the vocabulary size, the test references
+    (the first `test_sentences` if not 0) and the dev pairs as text (`dev_pairs`), and the
+    PieceTokens."""
     os.makedirs(out_dir, exist_ok=True)
     pieces = PieceTokens(problem.feature_encoders(data_dir)["inputs"])
-    paths = {"vocabulary": os.path.join(out_dir, "vocab.txt"), "counts": {}}
+    paths = {"vocabulary": os.path.join(out_dir, "vocab.txt"), "counts": {}, "dev_pairs": []}
     paths["vocabulary_size"] = pieces.write_vocabulary(paths["vocabulary"])
     for split in (TRAIN, DEV):
         names = {side: os.path.join(out_dir, f"{split}.{side}") for side in ("source", "target")}
@@ -291,6 +314,8 @@ def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_senten
                 source.write(pieces.encode(sample["inputs"]) + "\n")
                 target.write(pieces.encode(sample["targets"]) + "\n")
                 count += 1
+                if split == DEV:
+                    paths["dev_pairs"].append((sample["inputs"], sample["targets"]))
         paths[split] = names
         paths["counts"][split] = count
     test = problem.text_paths(data_dir, "test")
@@ -419,7 +444,7 @@ def yaml_text(value, indent: int = 0) -> str:
 
 # --- Running onmt-main and reading its log -------------------------------------------------------
 
-PROGRESS = re.compile(r"Step = \d+|Saved|time limit|training loop|Error")
+PROGRESS = re.compile(r"Step = \d+|Saved|time limit|training loop|Evaluation result|Error")
 
 
 def run_logged(command: list, log_path: str, what: str):
@@ -451,6 +476,7 @@ LOG_LINE = re.compile(
     r"Learning rate = (?P<learning_rate>[-\d.e]+) ; Loss = (?P<loss>[-\d.e]+|nan|inf)")
 SAVED = re.compile(TIMESTAMP + r"Saved checkpoint \S*ckpt-(?P<step>\d+)")
 LOOP = re.compile(r"training loop: (\d+) updates in ([\d.]+) s, last loss (\S+)")
+EVALUATION = re.compile(r"Evaluation result for step (\d+): loss = ([-\d.e]+|nan|inf)")
 ONMT_THROUGHPUT_WARMUP = 2  # TrainingStats(warmup_steps=2) resets its counters after updates 1, 2
 
 
@@ -554,9 +580,13 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
     if FLAGS.jit_compile:
         common_args.append("--jit_compile")
     train_log = os.path.join(work_dir, "train.log")
+    curve_dir = os.path.join(work_dir, "curve")
+    shutil.rmtree(curve_dir, ignore_errors=True)
+    curve_args = ([f"--curve_every={FLAGS.curve_every_minutes * 60}", f"--curve_dir={curve_dir}"]
+                  if FLAGS.curve_every_minutes else [])
     result["train_seconds"] = run_logged(
-        [venv_python, TIMED_TRAIN, str(FLAGS.train_minutes * 60)] + common_args + ["train"],
-        train_log, "train")
+        [venv_python, TIMED_TRAIN, str(FLAGS.train_minutes * 60)] + curve_args + common_args
+        + ["train"], train_log, "train")
     with open(train_log, encoding="utf-8") as handle:
         log = parse_training_log(handle.read())
     if not log["last_checkpoint"] or log["last_loss"] is None:
@@ -592,8 +622,81 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
         scores = decoder.score(hypotheses, paths["test_references"])
         result.update({"bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
                        "bleu_text": scores["bleu_text"], "test_sentences": len(hypotheses)})
+
+    if FLAGS.dev_loss:
+        result.update(dev_loss([venv_python, EVAL_LOSS] + common_args, work_dir))
+    if FLAGS.curve_every_minutes:
+        stage = time.time()
+        result["dev_bleu_curve"] = dev_bleu_curve(onmt_main, common_args, work_dir, curve_dir,
+                                                  paths, pieces)
+        result["dev_bleu_seconds"] = time.time() - stage
     result["wall_seconds"] = time.time() - start
     return result
+
+
+DEV_LOSS_DEFINITION = ("OpenNMT-tf's evaluation loss: cross entropy per target token (</s> "
+                       "included), without label smoothing")
+
+
+def dev_loss(onmt_command: list, work_dir: str) -> dict:
+    """`onmt-main eval` of the last checkpoint on the whole dev split (the config's
+    eval_features_file / eval_labels_file), through eval_loss.py: the loss without the
+    translations OpenNMT-tf's evaluator would also make and discard."""
+    log_path = os.path.join(work_dir, "eval.log")
+    seconds = run_logged(onmt_command + ["eval"], log_path, "eval")
+    with open(log_path, encoding="utf-8") as handle:
+        found = EVALUATION.findall(handle.read())
+    if not found:
+        raise PeerError(f"onmt-main eval printed no evaluation result; see {log_path}")
+    step, loss = found[-1]
+    return {"dev_loss": float(loss), "dev_loss_step": int(step),
+            "dev_loss_definition": DEV_LOSS_DEFINITION, "eval_seconds": seconds}
+
+
+def dev_bleu_sentences(paths: dict):
+    """(sources, references) of the curve: the given files, else the first
+    --dev_bleu_sentences dev pairs."""
+    if FLAGS.dev_bleu_source or FLAGS.dev_bleu_reference:
+        if not (FLAGS.dev_bleu_source and FLAGS.dev_bleu_reference):
+            raise PeerError("give both --dev_bleu_source and --dev_bleu_reference")
+        sources = decoder.read_lines(FLAGS.dev_bleu_source)
+        references = decoder.read_lines(FLAGS.dev_bleu_reference)
+        if len(sources) != len(references):
+            raise PeerError(f"--dev_bleu_source has {len(sources)} lines but "
+                            f"--dev_bleu_reference has {len(references)}")
+        return sources, references
+    pairs = paths["dev_pairs"][:FLAGS.dev_bleu_sentences]
+    return [source for source, _ in pairs], [reference for _, reference in pairs]
+
+
+def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir: str,
+                   paths: dict, pieces) -> list:
+    """Each curve checkpoint (timed_train.py's curve.json) translates the dev BLEU sentences
+    greedily (`onmt-main infer` with params.beam_width 1 on that checkpoint); the pieces are
+    detokenized and scored by t2t_lite's `decoder.score`, as the test set. Returns the curve's
+    points with `bleu` added."""
+    with open(os.path.join(curve_dir, "curve.json"), encoding="utf-8") as handle:
+        points = json.load(handle)
+    sources, references = dev_bleu_sentences(paths)
+    source_path = os.path.join(curve_dir, "dev_bleu.source")
+    decoder.write_lines(source_path, [pieces.encode(line) for line in sources])
+    greedy_config = os.path.join(work_dir, "greedy.yml")
+    with open(greedy_config, "w", encoding="utf-8") as handle:
+        handle.write(yaml_text({"params": {"beam_width": 1}}) + "\n")
+    config_index = common_args.index("--config") + 1
+    greedy_args = (common_args[:config_index + 1] + [greedy_config]
+                   + common_args[config_index + 1:])
+    scored = []
+    for point in points:
+        output = f"{point['path']}.dev_bleu.pieces"
+        run_logged(onmt_main + greedy_args + ["--checkpoint_path", point["path"], "infer",
+                                              "--features_file", source_path,
+                                              "--predictions_file", output],
+                   f"{point['path']}.infer.log", f"dev BLEU, step {point['step']}")
+        hypotheses = [pieces.decode(line) for line in decoder.read_lines(output)]
+        scores = decoder.score(hypotheses, references)
+        scored.append({**point, "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"]})
+    return scored
 
 
 def fmt(value, spec: str) -> str:
@@ -623,6 +726,13 @@ def print_table(result: dict, hparams):
     if "bleu" in result:
         print(f"{result['bleu_text']}  ({result['bleu_signature']}; averaged "
               f"{result['averaged_checkpoints']} checkpoint(s))")
+    if "dev_loss" in result:
+        print(f"dev loss {result['dev_loss']:.4f} at step {result['dev_loss_step']} "
+              f"({result['dev_loss_definition']}; the whole dev split)")
+    if result.get("dev_bleu_curve"):
+        points = "  ".join(f"{p['seconds'] / 60:.1f} min (step {p['step']}) {p['bleu']:.2f}"
+                           for p in result["dev_bleu_curve"])
+        print(f"dev BLEU (greedy) over training time: {points}")
 
 
 def main(unused_argv):
