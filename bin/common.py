@@ -4,7 +4,10 @@ import contextlib
 import os
 import sys
 
+from t2t_lite import cpu_kernels
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+cpu_kernels.prefer_onednn()  # before TensorFlow loads
 
 
 @contextlib.contextmanager

@@ -52,6 +52,10 @@ class HParams:
     attention_dropout: float = 0.1           # on the attention weights
     relu_dropout: float = 0.1                # inside the feed-forward network, after the relu
     label_smoothing: float = 0.1
+    # The training and evaluation loss project this many target positions to the vocabulary at
+    # a time, fused with the softmax, the loss and its gradient (training/output_layer_loss.py),
+    # instead of holding the logits of the whole batch; 0 computes the whole batch's logits.
+    output_layer_chunk_rows: int = 2048
     # --- Embeddings and positions (paper §3.4, §3.5) ---
     shared_embedding_and_softmax_weights: bool = True
     timing_signal: str = "concat"            # t2t's sin|cos halves, or the paper's "interleaved"
@@ -88,7 +92,7 @@ class HParams:
                        "batch_size", "max_length", "min_length_bucket",
                        "learning_rate_warmup_steps", "optimizer_multistep_accumulate_steps")
         check.non_negative("num_encoder_layers", "num_decoder_layers", "clip_grad_norm",
-                           "learning_rate_constant")
+                           "learning_rate_constant", "output_layer_chunk_rows")
         check.probability("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
                           "label_smoothing")
         if self.hidden_size % self.num_heads:

@@ -1,10 +1,14 @@
-"""Test settings: quiet TensorFlow, and the shared Multi30k folder when it is there."""
+"""Test settings: quiet TensorFlow on the kernels the programs use (oneDNN), and the shared
+Multi30k folder when it is there."""
 import os
 import socket
 
 import pytest
 
+from t2t_lite import cpu_kernels
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+cpu_kernels.prefer_onednn()  # the kernels the programs run with
 
 
 @pytest.fixture

@@ -206,9 +206,20 @@ class Transformer(keras.Model):
         return self.embedding_dropout(x, training=training)
 
     def call(self, features, training=False):
+        return self.softmax_embedding(self.decoder_output(features, training), reverse=True)
+
+    def decoder_output(self, features, training=False):
+        """The decoder's final activations [batch, target_length, d], before the pre-softmax
+        projection (for losses that project them themselves: training/output_layer_loss.py)."""
         encoder_output, inputs_padding = self.encode(features["inputs"], training=training)
         decoder_input = shift_right(ops.cast(features["targets"], "int32"))
-        return self.decode(decoder_input, encoder_output, inputs_padding, training=training)
+        return self._decode(decoder_input, encoder_output, inputs_padding, training,
+                            project=False)
+
+    @property
+    def softmax_weights(self):
+        """The pre-softmax projection [vocab_size, d]: logits = decoder_output @ weights^T."""
+        return self.softmax_embedding.embeddings
 
     def encode(self, inputs, training=False):
         """Source ids [batch, S] -> (encoder_output [batch, S, d], inputs_padding bool [batch, S]
@@ -265,7 +276,8 @@ class Transformer(keras.Model):
                                     return_attention_scores=scores is not None), scores)
         return self.encoder_final(x, training=training), inputs_padding
 
-    def _decode(self, decoder_input, encoder_output, inputs_padding, training, scores=None):
+    def _decode(self, decoder_input, encoder_output, inputs_padding, training, scores=None,
+                project=True):
         decoder_input = ops.cast(decoder_input, "int32")
         self_attention_bias = causal_bias(ops.shape(decoder_input)[1])
         encoder_decoder_bias = padding_bias(inputs_padding)
@@ -275,7 +287,7 @@ class Transformer(keras.Model):
                                     training=training,
                                     return_attention_scores=scores is not None), scores)
         x = self.decoder_final(x, training=training)
-        return self.softmax_embedding(x, reverse=True)
+        return self.softmax_embedding(x, reverse=True) if project else x
 
     @staticmethod
     def _collect(output, scores):

@@ -18,7 +18,7 @@ positions) reduced over replicas, from which the caller forms token-weighted ave
 """
 import tensorflow as tf
 
-from t2t_lite.training import losses
+from t2t_lite.training import losses, output_layer_loss
 
 SUM = tf.distribute.ReduceOp.SUM
 COUNTS = ("loss_sum", "target_tokens", "correct_tokens", "padded_tokens", "real_tokens")
@@ -68,16 +68,21 @@ class TrainingSteps:
     # --- Per replica (compiled) ---------------------------------------------------------------
 
     def _counts(self, features, training=False):
-        logits = self.model(features, training=training)
-        targets = features["targets"]
-        loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets,
-                                                      self.hparams.label_smoothing)
+        targets, hp = features["targets"], self.hparams
+        if hp.output_layer_chunk_rows:
+            loss_sum, tokens, correct = output_layer_loss.loss_sum_tokens_and_correct(
+                self.model.decoder_output(features, training=training),
+                self.model.softmax_weights, targets, hp.label_smoothing,
+                hp.output_layer_chunk_rows, with_gradients=training)
+        else:
+            logits = self.model(features, training=training)
+            loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets, hp.label_smoothing)
+            correct = losses.correct_tokens(logits, targets)
         padded = real = 0.0
         for ids in (features["inputs"], features["targets"]):
             padded += tf.cast(tf.size(ids), tf.float32)
             real += tf.reduce_sum(losses.target_weights(ids))
-        return {"loss_sum": loss_sum, "target_tokens": tokens,
-                "correct_tokens": losses.correct_tokens(logits, targets),
+        return {"loss_sum": loss_sum, "target_tokens": tokens, "correct_tokens": correct,
                 "padded_tokens": padded, "real_tokens": real}
 
     def _loss_and_gradients(self, features, global_tokens):

@@ -1,0 +1,123 @@
+"""The pre-softmax projection, log-softmax and label-smoothed cross entropy as one fused
+computation over chunks of target positions, with its own gradient.
+
+The unfused path (`losses.loss_sum_and_tokens` on `Transformer(...)` logits) holds the full
+[batch, length, vocab] float32 logits, their softmax and their gradient at once, and reads and
+writes them several times. Here the decoder's last activations are projected to the vocabulary
+`chunk_rows` positions at a time (the idea of Liger Kernel's fused linear cross entropy and of
+"Cut Your Losses in Large-Vocabulary Language Models", Wijmans et al., 2024): each chunk's
+logits give its loss, its argmax and, while they are at hand, the gradients of the loss sum with
+respect to the chunk's activations and to the projection matrix, so no more than one chunk of
+logits exists at a time. Only real (non-pad) target positions are projected: they are moved to
+the front and the loop stops after the last chunk that holds one.
+
+With confidence c = 1 - eps and low = eps / (V - 1) (t2t's label smoothing, losses.py), the
+cross entropy of logits z against the smoothed targets q is
+    CE = logsumexp(z) - c * z_y - low * (sum_j z_j - z_y),
+and its gradient with respect to z is softmax(z) - q. Both match `losses.smoothed_cross_entropy`
+to float32 rounding (tests/training/test_output_layer_loss.py). The projection runs in float32
+as `TokenEmbedding(reverse=True)` does, also under mixed precision.
+"""
+import tensorflow as tf
+
+from t2t_lite.data.vocab import PAD_ID
+from t2t_lite.training import losses
+
+
+def loss_sum_tokens_and_correct(hidden, softmax_weights, targets, label_smoothing: float,
+                                chunk_rows: int, with_gradients: bool = True):
+    """(sum of the label-smoothed loss over real target tokens, number of real target tokens,
+    number of real target tokens whose argmax is right), as `losses.loss_sum_and_tokens` and
+    `losses.correct_tokens` compute them from `hidden @ softmax_weights^T`.
+
+    Args:
+        hidden: the decoder's final activations [batch, length, d] (any float dtype).
+        softmax_weights: the pre-softmax projection [vocab, d] (the shared embedding matrix).
+        targets: int target ids [batch, length]; PAD_ID (0) marks padding.
+        label_smoothing: eps of t2t's label smoothing.
+        chunk_rows: target positions projected at a time.
+        with_gradients: False for evaluation: the loss sum then has no gradient, and no
+            gradient work is done.
+    """
+    depth = tf.shape(hidden)[-1]
+    rows = tf.reshape(hidden, [-1, depth])
+    row_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
+    is_pad = tf.cast(tf.equal(row_targets, PAD_ID), tf.int32)
+    real_rows = tf.reduce_sum(1 - is_pad)
+    real_first = tf.argsort(is_pad, stable=True)
+    rows, row_targets = tf.gather(rows, real_first), tf.gather(row_targets, real_first)
+    # Whole chunks: padded with rows the loop never reaches.
+    padding = -tf.shape(rows)[0] % chunk_rows
+    rows = tf.pad(rows, [[0, padding], [0, 0]])
+    row_targets = tf.pad(row_targets, [[0, padding]])
+    loss_sum, correct = _chunked_loss(rows, tf.convert_to_tensor(softmax_weights), row_targets,
+                                      real_rows, label_smoothing, chunk_rows, with_gradients)
+    return loss_sum, tf.cast(real_rows, tf.float32), correct
+
+
+def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
+                with_gradients):
+    """Loss sum, correct count and (with_gradients) d loss_sum / d rows and / d weights."""
+    vocab_size = weights.shape[0]
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab_size - 1)
+    floor = losses.smoothed_distribution_entropy(vocab_size, label_smoothing)
+    weights = tf.cast(weights, tf.float32)
+    chunks = (real_rows + chunk_rows - 1) // chunk_rows
+    offsets = tf.range(chunk_rows)
+
+    def body(chunk, loss_sum, correct, row_gradients, weight_gradients):
+        start = chunk * chunk_rows
+        # tf.slice with a constant size: one static shape under XLA
+        h = tf.cast(tf.slice(rows, [start, 0], [chunk_rows, -1]), tf.float32)
+        y = tf.slice(row_targets, [start], [chunk_rows])
+        real = tf.cast(start + offsets < real_rows, tf.float32)
+        logits = tf.matmul(h, weights, transpose_b=True)  # [chunk_rows, vocab], float32
+        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+        target_logit = tf.gather(logits, y[:, None], batch_dims=1)[:, 0]
+        cross_entropy = (log_normalizer - confidence * target_logit
+                         - low * (tf.reduce_sum(logits, axis=-1) - target_logit))
+        loss_sum += tf.reduce_sum((cross_entropy - floor) * real)
+        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct += tf.reduce_sum(tf.cast(tf.equal(predictions, y), tf.float32) * real)
+        if with_gradients:
+            # d CE / d logits = softmax - q, for real rows only.
+            logit_gradients = (tf.exp(logits - log_normalizer[:, None]) - low - tf.one_hot(
+                y, vocab_size, on_value=confidence - low, off_value=0.0)) * real[:, None]
+            row_gradients = tf.tensor_scatter_nd_update(
+                row_gradients, (start + offsets)[:, None], tf.matmul(logit_gradients, weights))
+            weight_gradients += tf.matmul(logit_gradients, h, transpose_a=True)
+        return chunk + 1, loss_sum, correct, row_gradients, weight_gradients
+
+    zero = tf.constant(0.0)
+    if with_gradients:
+        gradients = (tf.zeros_like(rows, dtype=tf.float32), tf.zeros_like(weights))
+    else:
+        gradients = (tf.zeros([0, 0]), tf.zeros([0, 0]))  # carried through the loop untouched
+    state = (tf.constant(0), zero, zero) + gradients
+    _, loss_sum, correct, row_gradients, weight_gradients = tf.while_loop(
+        lambda chunk, *unused: chunk < chunks, body, state)
+    return loss_sum, correct, row_gradients, weight_gradients
+
+
+def _chunked_loss(rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
+                  with_gradients):
+    if not with_gradients:
+        loss_sum, correct, _, _ = _chunk_loop(tf.stop_gradient(rows), tf.stop_gradient(weights),
+                                              row_targets, real_rows, label_smoothing,
+                                              chunk_rows, with_gradients=False)
+        return loss_sum, correct
+
+    @tf.custom_gradient
+    def fused(rows, weights):
+        loss_sum, correct, row_gradients, weight_gradients = _chunk_loop(
+            rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
+            with_gradients=True)
+
+        def gradient(loss_sum_upstream, unused_correct_upstream):
+            return (tf.cast(loss_sum_upstream * row_gradients, rows.dtype),
+                    tf.cast(loss_sum_upstream * weight_gradients, weights.dtype))
+
+        return (loss_sum, tf.stop_gradient(correct)), gradient
+
+    return fused(rows, weights)
