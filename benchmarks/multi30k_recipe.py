@@ -131,7 +131,7 @@ class PeerUnavailable(Exception):
 def use_xla() -> bool:
     if FLAGS.jit_compile is not None:
         return FLAGS.jit_compile
-    return bool(tf.config.list_physical_devices("GPU"))
+    return trainer.xla_pays(tf.distribute.get_strategy())
 
 
 def data_dir() -> str:

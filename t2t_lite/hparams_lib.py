@@ -19,7 +19,7 @@ LEARNING_RATE_FACTORS = (
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("float32", "bfloat16", "float16")
-LENGTH_BUCKETING = ("longer", "each")
+LENGTH_BUCKETING = ("auto", "longer", "each")
 
 
 class HParamsError(ValueError):
@@ -84,8 +84,9 @@ class HParams:
     # "longer": t2t's, an example's length is the longer of source and target, one batch shape
     # per bucket (XLA compiles once per bucket). "each": source and target lengths bucketed
     # separately on the same boundaries: on Multi30k 0.6% padding instead of 6.8%, but a batch
-    # shape per pair of buckets (~300): for training without XLA.
-    length_bucketing: str = "longer"
+    # shape per pair of buckets (~300): for training without XLA. "auto": the trainer picks
+    # "each" when its step runs without XLA (8% faster on a CPU) and "longer" under XLA.
+    length_bucketing: str = "auto"
 
     def __post_init__(self):
         check = _Checker(self)

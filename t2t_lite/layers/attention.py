@@ -8,6 +8,8 @@ where it is not, broadcast against the logits [batch, heads, queries, keys].
 import keras
 from keras import ops
 
+from t2t_lite.layers.dropout import Dropout
+
 NEG_INF = -1e9
 
 
@@ -83,7 +85,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense.build(memory_shape)
         self.value_dense.build(memory_shape)
         self.output_dense.build(tuple(query_shape[:-1]) + (depth,))
-        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def split_heads(self, x):
         """[batch, length, d] -> [batch, heads, length, d / heads]."""

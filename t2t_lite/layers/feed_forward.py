@@ -5,6 +5,7 @@
 import keras
 
 from t2t_lite.layers.attention import default_kernel_initializer
+from t2t_lite.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -34,7 +35,7 @@ class FeedForward(keras.layers.Layer):
         self.filter_dense = keras.layers.Dense(
             self.filter_size, activation="relu", name="filter", dtype=self.dtype_policy,
             kernel_initializer=self.kernel_initializer)
-        self.relu_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.relu_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(
             depth, name="output", dtype=self.dtype_policy,
             kernel_initializer=self.kernel_initializer)

@@ -11,6 +11,8 @@ A sequence is a string of operations applied left to right ("none" for no operat
 """
 import keras
 
+from t2t_lite.layers.dropout import Dropout
+
 OPERATIONS = "nda"
 
 
@@ -56,7 +58,7 @@ class LayerProcess(keras.layers.Layer):
                 epsilon=self.epsilon, dtype=self.dtype_policy, name=f"norm_{len(self.norms)}")
             norm.build(input_shape)
             self.norms.append(norm)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, x, residual=None, training=False):
         norms = iter(self.norms)

@@ -14,6 +14,7 @@ from keras import ops
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,
                                        default_kernel_initializer, padding_bias)
+from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import PAD_ID, make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
 from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection
@@ -185,8 +186,8 @@ class Transformer(keras.Model):
         self.source_embedding, self.target_embedding, self.softmax_embedding = make_embeddings(
             vocab_size, hp.hidden_size, hp.shared_embedding_and_softmax_weights)
         self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal")
-        self.embedding_dropout = keras.layers.Dropout(hp.layer_prepostprocess_dropout,
-                                                      name="embedding_dropout")
+        self.embedding_dropout = Dropout(hp.layer_prepostprocess_dropout,
+                                         name="embedding_dropout")
         self.encoder_stack = [EncoderLayer(hp, name=f"encoder_layer_{i}")
                                for i in range(hp.encoder_layers)]
         self.decoder_stack = [DecoderLayer(hp, name=f"decoder_layer_{i}")

@@ -12,10 +12,15 @@ import tensorflow as tf
 from t2t_lite.data.vocab import PAD_ID
 
 
+def smoothed_target_values(vocab_size: int, label_smoothing: float) -> tuple:
+    """(c, l): the smoothed target's probability of the correct class, c = 1 - eps, and of
+    each of the V - 1 others, l = eps / (V - 1)."""
+    return 1.0 - label_smoothing, label_smoothing / (vocab_size - 1)
+
+
 def smoothed_distribution_entropy(vocab_size: int, label_smoothing: float) -> float:
     """-(c log c + (V-1) l log l) with c = 1 - eps and l = eps / (V - 1): the loss floor."""
-    confidence = 1.0 - label_smoothing
-    low = label_smoothing / (vocab_size - 1)
+    confidence, low = smoothed_target_values(vocab_size, label_smoothing)
     entropy = -confidence * math.log(confidence) if confidence > 0 else 0.0
     if low > 0:
         entropy -= (vocab_size - 1) * low * math.log(low)
@@ -25,8 +30,7 @@ def smoothed_distribution_entropy(vocab_size: int, label_smoothing: float) -> fl
 def smoothed_cross_entropy(logits, targets, label_smoothing: float):
     """Per-token cross entropy against the smoothed targets minus its floor, [B, T] float32."""
     vocab_size = logits.shape[-1]
-    confidence = 1.0 - label_smoothing
-    low = label_smoothing / (vocab_size - 1)
+    confidence, low = smoothed_target_values(vocab_size, label_smoothing)
     soft_targets = tf.one_hot(targets, vocab_size, on_value=confidence, off_value=low,
                               dtype=tf.float32)
     cross_entropy = tf.nn.softmax_cross_entropy_with_logits(

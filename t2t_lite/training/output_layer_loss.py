@@ -59,8 +59,7 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
                 with_gradients):
     """Loss sum, correct count and (with_gradients) d loss_sum / d rows and / d weights."""
     vocab_size = weights.shape[0]
-    confidence = 1.0 - label_smoothing
-    low = label_smoothing / (vocab_size - 1)
+    confidence, low = losses.smoothed_target_values(vocab_size, label_smoothing)
     floor = losses.smoothed_distribution_entropy(vocab_size, label_smoothing)
     weights = tf.cast(weights, tf.float32)
     chunks = (real_rows + chunk_rows - 1) // chunk_rows

@@ -36,9 +36,28 @@ class RunConfig:
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 20
     log_every_steps: int = 100
-    jit_compile: bool = True            # XLA; Keras' "auto" would turn it off on CPU
+    jit_compile: bool = None            # XLA; None: where it pays (xla_pays)
     seed: int = 1                       # weights, dropout and the order of training batches
     devices: tuple = ()                 # MirroredStrategy devices; () = every GPU, else CPU
+
+
+def xla_pays(strategy) -> bool:
+    """XLA for the training step where it makes it faster: on GPUs and TPUs. On a CPU it
+    compiles every batch shape (10-15 s each for transformer_small) and then trains no faster
+    (benchmarks/README.md, train_speed)."""
+    try:
+        devices = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy: TensorFlow places ops on a GPU if there is one
+        devices = [device.name for device in tf.config.list_logical_devices()]
+    return any("CPU" not in device.upper() for device in devices)
+
+
+def length_bucketing_for(hparams, jit_compile: bool) -> str:
+    """hparams.length_bucketing, with "auto" resolved: "each" (less padding, many batch shapes)
+    without XLA, "longer" (one shape per bucket) under XLA."""
+    if hparams.length_bucketing != "auto":
+        return hparams.length_bucketing
+    return "longer" if jit_compile else "each"
 
 
 def make_optimizer(hparams):
@@ -198,6 +217,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     `strategy` defaults to distribution.choose_strategy(config.devices)."""
     problem = registry.problem(problem_name)
     strategy = strategy or distribution.choose_strategy(list(config.devices))
+    jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
+    hparams = hparams.replace(length_bucketing=length_bucketing_for(hparams, jit_compile))
     chief = distribution.is_chief(strategy)
     if chief:
         os.makedirs(output_dir, exist_ok=True)
@@ -218,8 +239,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         if latest:
             checkpoints.restore(latest, model, optimizer)
             logging.info("resuming from %s", latest)
-    steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=config.jit_compile)
-    if config.jit_compile and hparams.length_bucketing == "each":
+    steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
+    if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
                         "and target buckets (hundreds of shapes); length_bucketing=longer has "
                         "one shape per bucket, or train with --nojit_compile")
@@ -229,7 +250,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         return model
     logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
                  model_name, problem_name, step, config.train_steps, model.count_params(),
-                 replicas, "on" if config.jit_compile else "off")
+                 replicas, "on" if jit_compile else "off")
     batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
     # A resumed run continues the same stream of batches where the checkpoint left it.
     train_data = train_data.skip(step * batches_per_update)

@@ -1,6 +1,7 @@
 """A training run killed with SIGKILL resumes where its last checkpoint left it, with the same
 loss an uninterrupted run has at that step; a NaN loss stops training and keeps the last good
 checkpoint."""
+import json
 import os
 import re
 import signal
@@ -52,6 +53,9 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(data_dir, tmp_path):
     code, uninterrupted = run(trainer_command(data_dir, tmp_path / "straight", 40))
     assert code == 0, uninterrupted
     reference = losses_by_step(uninterrupted)
+    # On a CPU the trainer's defaults are no XLA and length_bucketing "each" (xla_pays).
+    description = json.loads((tmp_path / "straight" / "hparams.json").read_text())
+    assert description["hparams"]["length_bucketing"] == "each" and "XLA off" in uninterrupted
 
     output_dir = tmp_path / "killed"
     process = subprocess.Popen(trainer_command(data_dir, output_dir, 40),

@@ -1,0 +1,64 @@
+"""Dropout (paper §5.4, Srivastava et al. 2014) with a cheaper mask than Keras's.
+
+keras.layers.Dropout calls tf.nn.experimental.stateless_dropout, which draws one float32 from
+Philox per element, then builds the output with zeros_like and a select; its gradient is another
+zeros_like and select. On a CPU without XLA each of these is a pass over the whole tensor, and
+the attention weights ([batch, heads, length, length]) are the largest tensors of the step.
+
+Here each element gets 16 random bits (one Philox uint32 gives two elements, half the random
+numbers), the mask is made in one select of two scalars, and the output is x * mask, whose
+gradient is g * mask: one pass instead of a zeros_like and a select.
+
+An element is kept when its 16 bits are at least round(rate * 65536), so the rate that is
+applied is that count / 65536 (0.1 → 0.100006); the scale is 65536 / (kept count), so that
+E[output] = x exactly, as inverted dropout promises.
+"""
+import keras
+import tensorflow as tf
+
+RANDOM_BITS = 16
+LEVELS = 1 << RANDOM_BITS
+
+
+def threshold_and_scale(rate: float) -> tuple:
+    """The smallest 16-bit value that is kept, and the scale of the kept elements."""
+    threshold = min(round(rate * LEVELS), LEVELS - 1)
+    return threshold, LEVELS / (LEVELS - threshold)
+
+
+def random_uint16(shape, seed):
+    """Uniform 16-bit integers (as int32) of `shape`: the two halves of each Philox uint32."""
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    last = shape[-1]
+    pairs = tf.concat([shape[:-1], [(last + 1) // 2]], axis=0)
+    words = tf.random.stateless_uniform(pairs, seed, minval=None, maxval=None, dtype=tf.uint32)
+    halves = tf.bitcast(words, tf.uint16)  # [..., (last + 1) // 2, 2]
+    bits = tf.reshape(halves, tf.concat([shape[:-1], [-1]], axis=0))[..., :last]
+    return bits
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class Dropout(keras.layers.Dropout):
+    """Inverted dropout with a 16-bit mask: zeroes each element with probability `rate` (to
+    1/65536) and scales the others so that the expected output is the input.
+
+    Same arguments, seed handling (a Keras SeedGenerator: a new mask on every call,
+    reproducible from `seed`) and config as keras.layers.Dropout, without noise_shape.
+    """
+
+    def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
+        if noise_shape is not None:
+            raise ValueError("t2t_lite Dropout: noise_shape is not supported")
+        super().__init__(rate, seed=seed, **kwargs)
+
+    def call(self, inputs, training=False):
+        if not training or self.rate <= 0:
+            return inputs
+        if self.rate >= 1:
+            return tf.zeros_like(inputs)
+        threshold, scale = threshold_and_scale(self.rate)
+        seed = tf.cast(self.seed_generator.next(), tf.int64)
+        bits = random_uint16(tf.shape(inputs), seed)
+        mask = tf.where(bits >= tf.constant(threshold, tf.uint16),
+                        tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
+        return inputs * tf.stop_gradient(mask)
