@@ -30,7 +30,8 @@ MIRRORED = textwrap.dedent("""
     hparams = registry.hparams("transformer_tiny").override_from_string(hparams)
     trainer.train("algorithmic_copy", "transformer", hparams, data, out,
                   trainer.RunConfig(train_steps=int(steps), eval_every=2, eval_steps=1,
-                                    save_checkpoints_steps=2, log_every_steps=2))
+                                    save_checkpoints_steps=2, log_every_steps=2,
+                                    jit_compile=True))  # XLA under MirroredStrategy (a GPU's default)
 """)
 
 
@@ -73,7 +74,7 @@ def test_two_worker_processes_train_like_two_local_replicas(data_dir, mirrored_r
              "--hparams_set=transformer_tiny", f"--hparams={HPARAMS}", f"--data_dir={data_dir}",
              f"--output_dir={output_dir}", f"--train_steps={STEPS}", "--eval_every=2",
              "--eval_steps=1", "--save_checkpoints_steps=2", "--log_every_steps=2",
-             "--eval_bleu_sentences=5"],
+             "--eval_bleu_sentences=5", "--jit_compile"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for worker in workers:
