@@ -6,10 +6,11 @@
       [--dev_bleu_source=F --dev_bleu_reference=F]] [--log_every=25] [--output_json=F]
 
 1. Environment: OpenNMT-tf needs TensorFlow 2.13, which needs Python 3.10 or 3.11. A virtual
-   environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1 and the sacrebleu and
-   sentencepiece versions of this Python is created in --venv_dir once and reused. Without a
-   Python 3.10 or 3.11 the program says so and exits with status 3, so that callers can leave the
-   peer's row out.
+   environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1, ctranslate2==3.24.0 (for
+   benchmarks/decode_speed.py --compare) and the sacrebleu and sentencepiece versions of this
+   Python is created in --venv_dir once and reused; a change of these requirements installs them
+   into it again. Without a Python 3.10 or 3.11 the program says so and exits with status 3, so
+   that callers can leave the peer's row out.
 2. Data: the sentence pairs that t2t_lite's `translate_multi30k_deen` reads (the problem's own
    `generate_samples` on --tmp_dir; pairs with an empty side skipped, as its datagen does),
    tokenized with the SentencePiece model that t2t_lite's datagen trained in --data_dir, written
@@ -98,58 +99,64 @@ PROBLEM = "translate_multi30k_deen"
 HPARAMS_SET = "transformer_small"
 OPENNMT_TF_VERSION = "2.32.0"
 TENSORFLOW_VERSION = "2.13.1"
+# OpenNMT-tf 2.32.0 requires ctranslate2>=3,<4 (for its CTranslate2 export); 3.24.0 is the
+# newest of those (no 4.x can be installed beside it).
+CTRANSLATE2_VERSION = "3.24.0"
 SUPPORTED_PYTHONS = ("3.11", "3.10")  # TensorFlow 2.13 has wheels for 3.8 to 3.11
 REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
 NO_PYTHON_EXIT_STATUS = 3
 DECODE = decoder.DecodeHParams()  # t2t_lite's defaults: beam 4, alpha 0.6, 32 sentences a batch
 
-flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
-                    "SentencePiece model and test text); generated from --tmp_dir if absent.")
-flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
-                    "outputs.")
-flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "OpenNMT-tf's virtual environment (created "
-                    "when missing, reused when present).")
-flags.DEFINE_string("python", None, "Python 3.10 or 3.11 to create the environment with "
-                    "(default: the first python3.11 or python3.10 on PATH or under pyenv).")
-flags.DEFINE_integer("train_steps", 0, "Stop after this many updates (train.max_step; 0: no "
-                     "limit).")
-flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
-                   "limit).")
-flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
-                     "transformer_small's).")
-flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
-                   "(default: transformer_small's).")
-flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
-                     "(train.save_checkpoints_steps).")
-flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
-                     "one as it is).")
-flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
-                     "0.6) and score it with sacreBLEU.")
-flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
-                     "all 1,000).")
-flags.DEFINE_boolean("dev_loss", False, "After training, the dev loss of the last checkpoint "
-                     "(`onmt-main eval` on the whole dev split).")
-flags.DEFINE_float("curve_every_minutes", 0, "Keep the model's weights every this many minutes "
-                   "of training and after the last update, and after training score each on "
-                   "the dev BLEU sentences (greedy); 0: no curve.")
-flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU curve, one a "
-                    "line (default: the first --dev_bleu_sentences of the dev split).")
-flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
-flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the curve when no files are "
-                     "given.")
-flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
-flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
-                     "left out of the throughput (warm-up).")
-flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
-                     "batches to multiples of 8).")
-flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
-flags.DEFINE_integer("intra_op_parallelism_threads", 0, "onmt-main "
-                     "--intra_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
-flags.DEFINE_integer("inter_op_parallelism_threads", 0, "onmt-main "
-                     "--inter_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
-flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
-flags.mark_flags_as_required(["data_dir", "work_dir"])
+def define_flags():
+    """run.py's flags, defined when it runs as a program (decode_speed.py imports this file
+    for its functions and has flags of the same names)."""
+    flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
+                        "SentencePiece model and test text); generated from --tmp_dir if absent.")
+    flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
+    flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
+                        "outputs.")
+    flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "OpenNMT-tf's virtual environment (created "
+                        "when missing, reused when present).")
+    flags.DEFINE_string("python", None, "Python 3.10 or 3.11 to create the environment with "
+                        "(default: the first python3.11 or python3.10 on PATH or under pyenv).")
+    flags.DEFINE_integer("train_steps", 0, "Stop after this many updates (train.max_step; 0: no "
+                         "limit).")
+    flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
+                       "limit).")
+    flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
+                         "transformer_small's).")
+    flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
+                       "(default: transformer_small's).")
+    flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
+                         "(train.save_checkpoints_steps).")
+    flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
+                         "one as it is).")
+    flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
+                         "0.6) and score it with sacreBLEU.")
+    flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
+                         "all 1,000).")
+    flags.DEFINE_boolean("dev_loss", False, "After training, the dev loss of the last checkpoint "
+                         "(`onmt-main eval` on the whole dev split).")
+    flags.DEFINE_float("curve_every_minutes", 0, "Keep the model's weights every this many minutes "
+                       "of training and after the last update, and after training score each on "
+                       "the dev BLEU sentences (greedy); 0: no curve.")
+    flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU curve, one a "
+                        "line (default: the first --dev_bleu_sentences of the dev split).")
+    flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
+    flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the curve when no files are "
+                         "given.")
+    flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
+    flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
+                         "left out of the throughput (warm-up).")
+    flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
+                         "batches to multiples of 8).")
+    flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
+    flags.DEFINE_integer("intra_op_parallelism_threads", 0, "onmt-main "
+                         "--intra_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
+    flags.DEFINE_integer("inter_op_parallelism_threads", 0, "onmt-main "
+                         "--inter_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
+    flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
+    flags.mark_flags_as_required(["data_dir", "work_dir"])
 
 
 class PeerError(ValueError):
@@ -193,9 +200,12 @@ def find_python(requested: str = None):
 
 
 def requirements() -> list:
-    """OpenNMT-tf and TensorFlow pinned; sacrebleu and sentencepiece at this Python's versions
-    (t2t_lite's setup.py pins), so that both environments tokenize and score alike."""
+    """OpenNMT-tf, TensorFlow and CTranslate2 pinned; sacrebleu and sentencepiece at this
+    Python's versions (t2t_lite's setup.py pins), so that both environments tokenize and score
+    alike. The list is written to the environment's REQUIREMENTS_MARKER once installed; a list
+    that differs from it (a new pin) makes `ensure_environment` install again."""
     return [f"opennmt-tf=={OPENNMT_TF_VERSION}", f"tensorflow-cpu=={TENSORFLOW_VERSION}",
+            f"ctranslate2=={CTRANSLATE2_VERSION}",
             f"sacrebleu=={metadata.version('sacrebleu')}",
             f"sentencepiece=={metadata.version('sentencepiece')}"]
 
@@ -235,10 +245,11 @@ def ensure_environment(venv_dir: str, requested_python: str = None) -> str:
 
 def installed_versions(venv_python: str) -> dict:
     code = ("from importlib.metadata import version; import sys; "
-            "print(version('OpenNMT-tf'), version('tensorflow-cpu'), sys.version.split()[0])")
+            "print(version('OpenNMT-tf'), version('tensorflow-cpu'), version('ctranslate2'), "
+            "sys.version.split()[0])")
     output = subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
                             check=True).stdout.split()
-    return dict(zip(("opennmt_tf", "tensorflow", "python"), output))
+    return dict(zip(("opennmt_tf", "tensorflow", "ctranslate2", "python"), output))
 
 
 def run_checked(command: list, what: str):
@@ -699,6 +710,131 @@ def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir:
     return scored
 
 
+# --- Decoding speed: onmt-main infer and CTranslate2 (benchmarks/decode_speed.py --compare) -------
+
+DECODE_SCRIPT = os.path.join(HERE, "decode.py")
+CTRANSLATE2_CONVERTER = "ct2-opennmt-tf-converter"  # installed beside the environment's Python
+# OpenNMT-tf's own inference batching (its Transformer auto_config): batches drawn from buckets
+# of lengths 5 tokens wide. run.py's --decode config has 1 (less padding, more partial batches).
+INFER_LENGTH_BUCKET_WIDTH = 5
+ONMT_DEFAULT_MAXIMUM_DECODING_LENGTH = 250  # params.maximum_decoding_length when not set
+
+
+def decoding_checkpoint(work_dir: str) -> str:
+    """The checkpoint `--decode` translates with in a run.py work dir: the average in model/avg
+    when there, else the latest in model/."""
+    import tensorflow as tf
+    model_dir = os.path.join(work_dir, "model")
+    for directory in (os.path.join(model_dir, "avg"), model_dir):
+        checkpoint = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+        if checkpoint:
+            return checkpoint
+    raise PeerError(f"no checkpoint in {model_dir} (nor in its avg/): train the peer there "
+                    f"first (run.py --work_dir={work_dir})")
+
+
+def peer_output(command: list, marker: str, log_path: str) -> dict:
+    """Runs a peer program; returns the JSON of its last stdout line starting with `marker`.
+    Its whole output goes to `log_path`; a failure names it and shows its end."""
+    output = subprocess.run(command, capture_output=True, text=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(output.stdout + output.stderr)
+    lines = [line for line in output.stdout.splitlines() if line.startswith(marker + " ")]
+    if output.returncode or not lines:
+        tail = (output.stdout + output.stderr)[-3000:]
+        raise PeerError(f"{' '.join(command[:3])} failed (exit status {output.returncode}); "
+                        f"{log_path} has its output, which ends:\n{tail}")
+    return json.loads(lines[-1][len(marker) + 1:])
+
+
+def prepare_decoding(venv_python: str, work_dir: str, pieces, out_dir: str, sources: list,
+                     latency_sources: list, beam_size: int, alpha: float, batch_size: int,
+                     length_bucket_width: int = INFER_LENGTH_BUCKET_WIDTH,
+                     checkpoint: str = None) -> dict:
+    """What `onmt-main infer` and CTranslate2 need to translate `sources` with the model that
+    run.py trained in `work_dir`, written to `out_dir`: the sources and the latency sentences as
+    OpenNMT-tf tokens, and decode.yml, the work dir's config.yml with beam_width, length_penalty
+    and the inference batching set, and model_dir moved into `out_dir` (onmt-main copies the
+    model definition into model_dir; the peer's folder is only read). Returns the paths, the
+    checkpoint and the configuration's maximum_decoding_length."""
+    paths = {name: os.path.join(work_dir, name) for name in ("config.yml", "model.py")}
+    paths["vocab.txt"] = os.path.join(work_dir, "data", "vocab.txt")
+    for path in paths.values():
+        if not os.path.exists(path):
+            raise PeerError(f"no {path}: the peer's work dir must be one that run.py trained "
+                            f"in (config.yml, model.py, data/vocab.txt, model/)")
+    os.makedirs(out_dir, exist_ok=True)
+    vocabulary = os.path.join(out_dir, "vocab.txt")
+    pieces.write_vocabulary(vocabulary)
+    with open(vocabulary, encoding="utf-8") as ours, \
+            open(paths["vocab.txt"], encoding="utf-8") as theirs:
+        if ours.read() != theirs.read():
+            raise PeerError(f"{paths['vocab.txt']} is not the vocabulary of this data dir's "
+                            f"SentencePiece model: the peer was trained on other data")
+    setup = {"model": paths["model.py"], "checkpoint": checkpoint or decoding_checkpoint(work_dir),
+             "source": os.path.join(out_dir, "source.tokens"),
+             "latency_source": os.path.join(out_dir, "latency.tokens"),
+             "config": os.path.join(out_dir, "decode.yml")}
+    decoder.write_lines(setup["source"], [pieces.encode(line) for line in sources])
+    decoder.write_lines(setup["latency_source"], [pieces.encode(line) for line in latency_sources])
+    overrides = {"model_dir": os.path.join(out_dir, "onmt_model_dir"),
+                 "params": {"beam_width": beam_size, "length_penalty": alpha},
+                 "infer": {"batch_size": batch_size, "batch_type": "examples",
+                           "length_bucket_width": length_bucket_width}}
+    config = peer_output([venv_python, DECODE_SCRIPT, "config", f"--output={setup['config']}",
+                          f"--overrides={json.dumps(overrides)}", paths["config.yml"]],
+                         "CONFIG", os.path.join(out_dir, "config.log"))
+    setup["max_decoding_length"] = config.get("params", {}).get(
+        "maximum_decoding_length", ONMT_DEFAULT_MAXIMUM_DECODING_LENGTH)
+    setup["length_bucket_width"] = length_bucket_width
+    return setup
+
+
+def convert_to_ctranslate2(venv_python: str, setup: dict, output_dir: str) -> float:
+    """`ct2-opennmt-tf-converter` of the setup's checkpoint into a float32 CTranslate2 model in
+    output_dir (replaced); returns its wall time. Its output goes to output_dir + ".log"."""
+    converter = os.path.join(os.path.dirname(venv_python), CTRANSLATE2_CONVERTER)
+    return run_logged([converter, "--config", setup["config"], "--model_type", setup["model"],
+                       "--model_path", setup["checkpoint"], "--output_dir", output_dir,
+                       "--quantization", "float32", "--force"],
+                      output_dir.rstrip("/") + ".log", CTRANSLATE2_CONVERTER)
+
+
+def infer_command(venv_python: str, setup: dict, predictions: str, intra_threads: int,
+                  inter_threads: int) -> list:
+    """`onmt-main infer` on the setup's sources, timed by decode.py (prints "DECODE {json}")."""
+    return [venv_python, DECODE_SCRIPT, "infer", f"--latency_source={setup['latency_source']}",
+            "--", "--config", setup["config"], "--model", setup["model"],
+            "--checkpoint_path", setup["checkpoint"],
+            "--intra_op_parallelism_threads", str(intra_threads),
+            "--inter_op_parallelism_threads", str(inter_threads),
+            "infer", "--features_file", setup["source"], "--predictions_file", predictions]
+
+
+def ctranslate2_threads(intra_threads: int, inter_threads: int) -> tuple:
+    """TensorFlow's thread-pool sizes as CTranslate2's: intra_threads (OpenMP threads per
+    batch) 0 is TensorFlow's choice, one per core; inter_threads counts batches translated at
+    once in CTranslate2 but operations run at once in TensorFlow, so 0 (TensorFlow's choice)
+    becomes CTranslate2's own default, 1."""
+    return intra_threads or os.cpu_count(), inter_threads or 1
+
+
+def ctranslate2_command(venv_python: str, setup: dict, model_dir: str, output: str,
+                        beam_size: int, alpha: float, batch_size: int, intra_threads: int,
+                        inter_threads: int) -> list:
+    """CTranslate2 float32 on the converted model, timed by decode.py (prints "DECODE
+    {json}"), with the configuration's maximum_decoding_length. CTranslate2's length penalty
+    divides a hypothesis' log probability by length^alpha, not by GNMT's ((5 + length) / 6)^alpha
+    as OpenNMT-tf and t2t_lite do, so it may rank a few beams differently."""
+    intra, inter = ctranslate2_threads(intra_threads, inter_threads)
+    return [venv_python, DECODE_SCRIPT, "ctranslate2", f"--model_dir={model_dir}",
+            f"--source={setup['source']}", f"--output={output}",
+            f"--latency_source={setup['latency_source']}", "--compute_type=float32",
+            f"--beam_size={beam_size}", f"--length_penalty={alpha}",
+            f"--batch_size={batch_size}", f"--max_decoding_length={setup['max_decoding_length']}",
+            f"--intra_threads={intra}", f"--inter_threads={inter}"]
+
+
 def fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -772,4 +908,5 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     common.run_main(main)
