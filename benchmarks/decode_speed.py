@@ -281,9 +281,7 @@ def measure(mode, problem):
     run = decoder.saved_run(FLAGS.output_dir)
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.output_dir)
-    paths = problem.text_paths(FLAGS.data_dir, "test")
-    sources = decoder.read_lines(paths["inputs"])[:FLAGS.num_sentences]
-    references = decoder.read_lines(paths["targets"])[:FLAGS.num_sentences]
+    sources, references = test_sentences(problem)
     encoders = problem.feature_encoders(FLAGS.data_dir)
     translator = decoder.Translator(
         model, encoders, decoder.DecodeHParams(batch_size=FLAGS.batch_size,

@@ -27,14 +27,14 @@ def threshold_and_scale(rate: float) -> tuple:
 
 
 def random_uint16(shape, seed):
-    """Uniform 16-bit integers (as int32) of `shape`: the two halves of each Philox uint32."""
+    """Uniform uint16 values of `shape`: the two halves of each Philox uint32 (the last axis
+    drawn rounded up to even, then cut back)."""
     shape = tf.convert_to_tensor(shape, tf.int32)
     last = shape[-1]
     pairs = tf.concat([shape[:-1], [(last + 1) // 2]], axis=0)
     words = tf.random.stateless_uniform(pairs, seed, minval=None, maxval=None, dtype=tf.uint32)
     halves = tf.bitcast(words, tf.uint16)  # [..., (last + 1) // 2, 2]
-    bits = tf.reshape(halves, tf.concat([shape[:-1], [-1]], axis=0))[..., :last]
-    return bits
+    return tf.reshape(halves, tf.concat([shape[:-1], [-1]], axis=0))[..., :last]
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")

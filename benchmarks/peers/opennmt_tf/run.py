@@ -107,6 +107,7 @@ REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
 NO_PYTHON_EXIT_STATUS = 3
 DECODE = decoder.DecodeHParams()  # t2t_lite's defaults: beam 4, alpha 0.6, 32 sentences a batch
 
+
 def define_flags():
     """run.py's flags, defined when it runs as a program (decode_speed.py imports this file
     for its functions and has flags of the same names)."""
