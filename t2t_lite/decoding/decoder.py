@@ -49,8 +49,9 @@ class Translator:
     """Text in, text out: encode, batch by length, search, decode.
 
     Lines are sorted by length into batches of `batch_size` (less padding) and the results put
-    back in input order. Every batch is padded to `batch_size` rows and its length rounded up
-    to a multiple of LENGTH_MULTIPLE, so the XLA-compiled search compiles for a few shapes only.
+    back in input order. With XLA (decode_hparams.jit_compile), every batch is padded to
+    `batch_size` rows and its length rounded up to a multiple of LENGTH_MULTIPLE, so that the
+    search compiles for a few shapes only.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
     cannot encode gives an empty translation and a warning naming it, and a line longer than
     `max_input_length` tokens is cut to that length (with EOS) with a warning.
@@ -103,8 +104,10 @@ class Translator:
             for start in range(0, len(todo), batch_size):
                 indices = todo[start:start + batch_size]
                 rows = [encoded[i] for i in indices]
-                rows += [[EOS_ID]] * (batch_size - len(rows))  # fixed batch shape
-                length = -(-max(map(len, rows)) // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
+                length = max(map(len, rows))
+                if self.decode_hparams.jit_compile:  # few shapes, few compilations
+                    rows += [[EOS_ID]] * (batch_size - len(rows))
+                    length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
                 batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
                 ids, batch_scores = self._search(tf.constant(batch, tf.int32))
                 for index, row, row_score in zip(indices, ids.numpy(), batch_scores.numpy()):

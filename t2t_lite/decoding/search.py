@@ -5,8 +5,12 @@ the newest token only: the encoder-decoder attention keys and values are compute
 each decoder self-attention keeps the keys and values of the earlier positions in a cache of
 fixed size (t2t's fast decoding). Without it, each step runs the decoder over the whole fixed
 size buffer of tokens chosen so far and reads the current position (causal masking makes the
-two equal). Every loop has fixed shapes, so the searches run inside `tf.function` and compile
-with XLA; the decoder, BLEU during training and the exported model call these same functions.
+two equal). The searches run inside `tf.function`; the decoder, BLEU during training and the
+exported model call these same functions. Without XLA (the default: as fast on a CPU, no
+compile per shape, and what any TensorFlow Serving runs) the self-attention caches grow by one
+position per step. With `fixed_shapes` (for XLA, which compiles fixed shapes only) they have
+room for the longest output from the start and each step writes its position with a mask,
+reading and writing the whole buffer.
 
 The maximum output length of each sentence is its input length (EOS included) + `extra_length`
 (50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
@@ -26,13 +30,14 @@ class DecodeHParams:
     """t2t's --decode_hparams. beam_size 4 and alpha 0.6 are the paper's (§6.1); beam_size=1
     is greedy search. extra_length: tokens allowed past the input length (the paper's 50).
     batch_size: sentences per batch. use_cache: incremental decoding (off only to measure it).
-    jit_compile: the search compiled with XLA."""
+    jit_compile: the search compiled with XLA, with fixed-size caches (off by default: on a CPU
+    the growing caches without XLA are faster, benchmarks/decode_speed.py)."""
     batch_size: int = 32
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
     use_cache: bool = True
-    jit_compile: bool = True
+    jit_compile: bool = False
 
 
 def length_penalty(length, alpha):
@@ -42,25 +47,43 @@ def length_penalty(length, alpha):
 
 
 class _Decoder:
-    """The model's next-token logits for a batch of N sequences, with or without the cache."""
+    """The model's next-token logits for a batch of N sequences, with or without the cache.
 
-    def __init__(self, model, encoder_output, inputs_padding, max_length, use_cache):
+    fixed_shapes: the self-attention cache has room for max_length positions from the start
+    (XLA compiles only fixed shapes); otherwise it grows by one position per step, so a step
+    reads and writes only the positions decoded so far, not the whole buffer.
+    """
+
+    def __init__(self, model, encoder_output, inputs_padding, max_length, use_cache,
+                 fixed_shapes):
         self.model = model
         self.encoder_output = encoder_output
         self.inputs_padding = inputs_padding
         self.use_cache = use_cache
-        self.cache = (model.initial_cache(encoder_output, max_length) if use_cache
-                      else tf.zeros([0]))  # a placeholder: loops need some state
+        self.fixed_shapes = fixed_shapes
+        self.cache = (model.initial_cache(encoder_output, max_length if fixed_shapes else None)
+                      if use_cache else tf.zeros([0]))  # a placeholder: loops need some state
 
     def logits(self, decoded, position, cache):
         """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
         [N, V] for the token after `position`, and the updated cache."""
         if self.use_cache:
             return self.model.decode_step(decoded[:, position], position, cache,
-                                          self.inputs_padding)
+                                          self.inputs_padding, self.fixed_shapes)
         logits = self.model.decode(decoded[:, :-1], self.encoder_output, self.inputs_padding,
                                    training=False)
         return logits[:, position, :], cache
+
+    def cache_shape_invariants(self):
+        """The cache's shapes as the search loop may change them: the self-attention length."""
+        shapes = tf.nest.map_structure(lambda tensor: tensor.shape, self.cache)
+        if not self.use_cache or self.fixed_shapes:
+            return shapes
+
+        def growing(shape):
+            return tf.TensorShape([shape[0], shape[1], None, shape[3]])
+        return [{**layer, "self_attention": tf.nest.map_structure(growing, layer["self_attention"])}
+                for layer in shapes]
 
 
 def _encode(model, inputs, extra_length):
@@ -74,13 +97,20 @@ def _encode(model, inputs, extra_length):
     return inputs, encoder_output, inputs_padding, limits, tf.shape(inputs)[1] + extra_length
 
 
-def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True):
+def _shape_invariants(state, cache_invariants):
+    """Shape invariants of a search loop's state, whose last item is the cache."""
+    return tuple(tensor.shape for tensor in state[:-1]) + (cache_invariants,)
+
+
+def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
+                  fixed_shapes: bool = False):
     """Greedy decoding of padded `inputs` [B, S]: ids [B, S + extra_length] and their log
     probabilities [B]; stops when every sequence has produced EOS or reached its limit."""
     inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
                                                                          extra_length)
     batch_size = tf.shape(inputs)[0]
-    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache)
+    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache,
+                       fixed_shapes)
     # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
     decoded = tf.zeros([batch_size, max_length + 1], tf.int32)
     scores = tf.zeros([batch_size], tf.float32)
@@ -101,8 +131,10 @@ def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True)
     def not_done(t, decoded, scores, finished, cache):
         return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
 
+    state = (tf.constant(0), decoded, scores, finished, decoder.cache)
     _, decoded, scores, _, _ = tf.while_loop(
-        not_done, step, (tf.constant(0), decoded, scores, finished, decoder.cache))
+        not_done, step, state,
+        shape_invariants=_shape_invariants(state, decoder.cache_shape_invariants()))
     return decoded[:, 1:], scores
 
 
@@ -122,7 +154,7 @@ def _tile_beams(tensor, beam_size):
 
 
 def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
-                use_cache: bool = True):
+                use_cache: bool = True, fixed_shapes: bool = False):
     """The paper's beam search (§6.1, beam 4, length penalty alpha 0.6), as t2t's
     beam_search.py: keeps the `beam_size` most probable unfinished sequences ("alive") and the
     `beam_size` best finished ones, scored by log probability / length_penalty; stops when no
@@ -137,7 +169,8 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     batch_size = tf.shape(inputs)[0]
     vocab_size = model.vocab_size
     decoder = _Decoder(model, _tile_beams(encoder_output, beam_size),
-                       _tile_beams(inputs_padding, beam_size), max_length, use_cache)
+                       _tile_beams(inputs_padding, beam_size), max_length, use_cache,
+                       fixed_shapes)
     length = max_length + 1  # with the start position
     positions = tf.range(length)[tf.newaxis, tf.newaxis, :]
     alive_seq = tf.zeros([batch_size, beam_size, length], tf.int32)
@@ -161,7 +194,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         def follow(tensor):
             followed = _flatten_beams(gather_beams(_merge_beams(tensor, batch_size, beam_size),
                                                    beam_indices))
-            return tf.ensure_shape(followed, tensor.shape)  # loop state keeps its shape
+            return tf.ensure_shape(followed, tensor.shape)  # keeps the static shape
         return [{**layer, "self_attention": tf.nest.map_structure(follow,
                                                                   layer["self_attention"])}
                 for layer in cache]
@@ -213,7 +246,8 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     state = (tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
              finished_flags, decoder.cache)
     _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _ = (
-        tf.while_loop(not_done, step, state))
+        tf.while_loop(not_done, step, state,
+                      shape_invariants=_shape_invariants(state, decoder.cache_shape_invariants())))
     any_finished = tf.reduce_any(finished_flags, axis=1)
     best_seq = tf.where(any_finished[:, tf.newaxis], finished_seq[:, 0], alive_seq[:, 0])
     best_score = tf.where(any_finished, finished_scores[:, 0],
@@ -225,5 +259,7 @@ def search(model, inputs, decode_hparams: DecodeHParams):
     """The search decode_hparams asks for: beam search, or greedy search for beam_size 1."""
     hp = decode_hparams
     if hp.beam_size > 1:
-        return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length, hp.use_cache)
-    return greedy_search(model, inputs, hp.extra_length, hp.use_cache)
+        return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length, hp.use_cache,
+                           fixed_shapes=hp.jit_compile)
+    return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
+                         fixed_shapes=hp.jit_compile)

@@ -118,27 +118,37 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
         return self.attend(q, memory_cache["key"], memory_cache["value"], bias)
 
-    def empty_cache(self, batch_size, max_length):
-        """Room for the keys and values of `max_length` positions, [batch, heads, max_length,
-        depth / heads] each: fixed shapes, so that a decoding loop compiles with XLA."""
-        zeros = ops.zeros((batch_size, self.num_heads, max_length, self.depth_per_head),
+    def empty_cache(self, batch_size, max_length=None):
+        """The keys and values of no position yet, [batch, heads, length, depth / heads] each.
+        With `max_length`, room for that many positions (fixed shapes, so that a decoding loop
+        compiles with XLA; `self_attention_step(..., fixed_length=True)` writes into it);
+        without, length 0, and each step appends its position (TensorFlow without XLA: a step
+        then reads and writes only the positions decoded so far)."""
+        length = 0 if max_length is None else max_length
+        zeros = ops.zeros((batch_size, self.num_heads, length, self.depth_per_head),
                           dtype=self.compute_dtype)
         return {"key": zeros, "value": zeros}
 
-    def self_attention_step(self, query, cache, position):
+    def self_attention_step(self, query, cache, position, fixed_length=False):
         """One step of causal self-attention when decoding (t2t's fast decoding): `query`
-        [batch, 1, d] is the input at `position`; its key and value are written into the
-        cache at `position`, and it attends over positions 0..position only. Returns the
-        output [batch, 1, d] and the updated cache; the result equals row `position` of
-        `call` with a causal bias over the whole prefix."""
+        [batch, 1, d] is the input at `position`, and it attends over positions 0..position.
+        Its key and value are appended to the cache (which holds positions 0..position - 1),
+        or with `fixed_length` written into the fixed-size cache at `position`, the later
+        positions masked. Returns the output [batch, 1, d] and the updated cache; the output
+        equals row `position` of `call` with a causal bias over the whole prefix."""
         q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        key = self.split_heads(self.key_dense(query))
+        value = self.split_heads(self.value_dense(query))
+        if not fixed_length:
+            cache = {"key": ops.concatenate([cache["key"], key], axis=2),
+                     "value": ops.concatenate([cache["value"], value], axis=2)}
+            return self.attend(q, cache["key"], cache["value"]), cache
         # A masked write rather than a dynamic slice update: plain TensorFlow ops, so that an
         # exported search needs no XLA in the server.
         cache_positions = ops.arange(ops.shape(cache["key"])[2])
         here = ops.equal(cache_positions, position)[None, None, :, None]
-        cache = {"key": ops.where(here, self.split_heads(self.key_dense(query)), cache["key"]),
-                 "value": ops.where(here, self.split_heads(self.value_dense(query)),
-                                    cache["value"])}
+        cache = {"key": ops.where(here, key, cache["key"]),
+                 "value": ops.where(here, value, cache["value"])}
         later = ops.greater(cache_positions, position)
         bias = ops.cast(later, "float32")[None, None, None, :] * NEG_INF
         return self.attend(q, cache["key"], cache["value"], bias), cache

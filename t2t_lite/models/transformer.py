@@ -145,12 +145,14 @@ class DecoderLayer(_TransformerLayer):
         return x
 
 
-    def step(self, x, cache, position, encoder_decoder_bias=None):
+    def step(self, x, cache, position, encoder_decoder_bias=None, fixed_length=False):
         """The layer at one decoding position: x [batch, 1, d] is the input at `position`;
         `cache` holds {"self_attention": keys/values of the earlier positions,
-        "encoder_decoder": the encoder output's keys/values}. Returns (output, updated cache)."""
+        "encoder_decoder": the encoder output's keys/values}. Returns (output, updated cache).
+        fixed_length: the self-attention cache has fixed size (MultiHeadAttention.empty_cache)."""
         def self_attention(y):
-            return self.self_attention.self_attention_step(y, cache["self_attention"], position)
+            return self.self_attention.self_attention_step(y, cache["self_attention"], position,
+                                                           fixed_length)
 
         def encoder_decoder_attention(y):
             return self.encoder_decoder_attention.attend_to_memory(
@@ -231,27 +233,29 @@ class Transformer(keras.Model):
         """Shifted target ids [batch, T] (position 0 is PAD) -> float32 logits [batch, T, V]."""
         return self._decode(decoder_input, encoder_output, inputs_padding, training)
 
-    def initial_cache(self, encoder_output, max_length):
-        """What incremental decoding keeps per decoder layer: empty room for `max_length`
-        self-attention keys and values, and the encoder output's keys and values for the
-        encoder-decoder attention (computed here, once)."""
+    def initial_cache(self, encoder_output, max_length=None):
+        """What incremental decoding keeps per decoder layer: the self-attention keys and values
+        of no position yet (with `max_length`, fixed-size room for that many, as XLA needs), and
+        the encoder output's keys and values for the encoder-decoder attention (computed here,
+        once)."""
         batch_size = ops.shape(encoder_output)[0]
         return [{"self_attention": layer.self_attention.empty_cache(batch_size, max_length),
                  "encoder_decoder": layer.encoder_decoder_attention.project_memory(
                      encoder_output)}
                 for layer in self.decoder_stack]
 
-    def decode_step(self, ids, position, cache, inputs_padding):
+    def decode_step(self, ids, position, cache, inputs_padding, fixed_length=False):
         """One step of incremental decoding: `ids` [batch] are the decoder inputs at `position`
         (PAD at 0, then the previous outputs). Returns (float32 logits [batch, V] for the output
         at `position`, the updated cache); the logits equal `decode(...)[:, position]` over the
-        whole prefix."""
+        whole prefix. fixed_length: the cache came from `initial_cache` with a max_length."""
         encoder_decoder_bias = padding_bias(inputs_padding)
         x = self._embed(self.target_embedding, ops.cast(ids, "int32")[:, None], False,
                         start_position=position)
         updated = []
         for layer, layer_cache in zip(self.decoder_stack, cache):
-            x, layer_cache = layer.step(x, layer_cache, position, encoder_decoder_bias)
+            x, layer_cache = layer.step(x, layer_cache, position, encoder_decoder_bias,
+                                        fixed_length)
             updated.append(layer_cache)
         x = self.decoder_final(x, training=False)
         return self.softmax_embedding(x, reverse=True)[:, 0, :], updated

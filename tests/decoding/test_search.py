@@ -31,30 +31,57 @@ def inputs():
     return ids
 
 
-def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs):
+@pytest.mark.parametrize("fixed_length", [False, True])
+def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs, fixed_length):
     encoder_output, inputs_padding = model.encode(inputs)
     targets = np.random.default_rng(1).integers(2, VOCAB_SIZE, size=(3, 9)).astype(np.int32)
     decoder_input = np.concatenate([np.zeros((3, 1), np.int32), targets[:, :-1]], axis=1)
     whole = model.decode(decoder_input, encoder_output, inputs_padding).numpy()
-    cache = model.initial_cache(encoder_output, 9)
+    cache = model.initial_cache(encoder_output, 9 if fixed_length else None)
     for position in range(9):
         logits, cache = model.decode_step(decoder_input[:, position], position, cache,
-                                          inputs_padding)
+                                          inputs_padding, fixed_length)
         np.testing.assert_allclose(logits.numpy(), whole[:, position], rtol=1e-4, atol=1e-4)
+        cached_length = 9 if fixed_length else position + 1
+        assert cache[0]["self_attention"]["key"].shape[2] == cached_length
+
+
+# How each search runs: the growing cache without XLA, the fixed-size one with it.
+COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
+                "fixed cache, XLA": dict(fixed_shapes=True, jit_compile=True)}
+
+
+def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False):
+    def run():
+        if beam_size == 1:
+            return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache,
+                                        fixed_shapes=fixed_shapes)
+        return search.beam_search(model, inputs, beam_size, extra_length=6,
+                                  use_cache=use_cache, fixed_shapes=fixed_shapes)
+    ids, scores = tf.function(run, jit_compile=jit_compile)()
+    return ids.numpy(), scores.numpy()
+
+
+@pytest.mark.parametrize("compilation", list(COMPILATIONS))
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_size, compilation):
+    cached_ids, cached_scores = run_search(model, inputs, beam_size, True,
+                                           **COMPILATIONS[compilation])
+    uncached_ids, uncached_scores = run_search(model, inputs, beam_size, False,
+                                               **COMPILATIONS[compilation])
+    assert cached_ids.shape == (3, 7 + 6)
+    np.testing.assert_array_equal(cached_ids, uncached_ids)
+    np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-5)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_size):
-    def run(use_cache):
-        if beam_size == 1:
-            return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache)
-        return search.beam_search(model, inputs, beam_size, extra_length=6, use_cache=use_cache)
-    compiled = tf.function(run, jit_compile=True)
-    cached_ids, cached_scores = compiled(True)
-    uncached_ids, uncached_scores = compiled(False)
-    assert cached_ids.shape == (3, 7 + 6)
-    np.testing.assert_array_equal(cached_ids.numpy(), uncached_ids.numpy())
-    np.testing.assert_allclose(cached_scores.numpy(), uncached_scores.numpy(), rtol=1e-5)
+def test_growing_and_fixed_caches_give_the_same_output(model, inputs, beam_size):
+    growing_ids, growing_scores = run_search(model, inputs, beam_size,
+                                             **COMPILATIONS["growing cache"])
+    fixed_ids, fixed_scores = run_search(model, inputs, beam_size,
+                                         **COMPILATIONS["fixed cache, XLA"])
+    np.testing.assert_array_equal(growing_ids, fixed_ids)
+    np.testing.assert_allclose(growing_scores, fixed_scores, rtol=1e-5)
 
 
 def test_beam_of_one_without_penalty_is_greedy(model, inputs):
