@@ -47,43 +47,92 @@ def length_penalty(length, alpha):
 
 
 class _Decoder:
-    """The model's next-token logits for a batch of N sequences, with or without the cache.
+    """The model's next-token logits for the N rows still searched, with or without the cache.
+
+    What each row needs besides its tokens ("rows": the source padding, and the caches, or the
+    encoder output without them) is loop state, so that finished sentences can leave the batch.
 
     fixed_shapes: the self-attention cache has room for max_length positions from the start
-    (XLA compiles only fixed shapes); otherwise it grows by one position per step, so a step
-    reads and writes only the positions decoded so far, not the whole buffer.
+    and no row leaves (XLA compiles only fixed shapes); otherwise the cache grows by one
+    position per step, so a step reads and writes only the positions decoded so far.
     """
 
     def __init__(self, model, encoder_output, inputs_padding, max_length, use_cache,
                  fixed_shapes):
         self.model = model
-        self.encoder_output = encoder_output
-        self.inputs_padding = inputs_padding
         self.use_cache = use_cache
         self.fixed_shapes = fixed_shapes
-        self.cache = (model.initial_cache(encoder_output, max_length if fixed_shapes else None)
-                      if use_cache else tf.zeros([0]))  # a placeholder: loops need some state
+        self.rows = {"inputs_padding": inputs_padding}
+        if use_cache:
+            self.rows["cache"] = model.initial_cache(encoder_output,
+                                                     max_length if fixed_shapes else None)
+        else:
+            self.rows["encoder_output"] = encoder_output
 
-    def logits(self, decoded, position, cache):
+    def logits(self, decoded, position, rows):
         """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
-        [N, V] for the token after `position`, and the updated cache."""
+        [N, V] for the token after `position`, and the updated rows."""
         if self.use_cache:
-            return self.model.decode_step(decoded[:, position], position, cache,
-                                          self.inputs_padding, self.fixed_shapes)
-        logits = self.model.decode(decoded[:, :-1], self.encoder_output, self.inputs_padding,
-                                   training=False)
-        return logits[:, position, :], cache
+            logits, cache = self.model.decode_step(decoded[:, position], position,
+                                                   rows["cache"], rows["inputs_padding"],
+                                                   self.fixed_shapes)
+            return logits, {**rows, "cache": cache}
+        logits = self.model.decode(decoded[:, :-1], rows["encoder_output"],
+                                   rows["inputs_padding"], training=False)
+        return logits[:, position, :], rows
 
-    def cache_shape_invariants(self):
-        """The cache's shapes as the search loop may change them: the self-attention length."""
-        shapes = tf.nest.map_structure(lambda tensor: tensor.shape, self.cache)
-        if not self.use_cache or self.fixed_shapes:
-            return shapes
+    def shape_invariants(self):
+        """The rows' shapes as the search loop may change them: the number of rows and the
+        self-attention caches' length, unless fixed_shapes."""
+        if self.fixed_shapes:
+            return tf.nest.map_structure(lambda tensor: tensor.shape, self.rows)
 
-        def growing(shape):
-            return tf.TensorShape([shape[0], shape[1], None, shape[3]])
-        return [{**layer, "self_attention": tf.nest.map_structure(growing, layer["self_attention"])}
-                for layer in shapes]
+        def any_rows(tensor):
+            return tf.TensorShape([None]).concatenate(tensor.shape[1:])
+
+        def any_rows_and_length(tensor):
+            return tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
+        shapes = tf.nest.map_structure(any_rows, self.rows)
+        if self.use_cache:
+            shapes["cache"] = [
+                {**layer_shapes, "self_attention": tf.nest.map_structure(
+                    any_rows_and_length, layer["self_attention"])}
+                for layer_shapes, layer in zip(shapes["cache"], self.rows["cache"])]
+        return shapes
+
+    def follow(self, rows, parent_rows=None, kept_rows=None, rows_left=None):
+        """The rows of the next step. With `parent_rows`, the self-attention caches follow
+        their sequences: row i continues row parent_rows[i] (beam search reorders its beams).
+        With `rows_left` (bool scalar), when it is true, only `kept_rows` (the sentences still
+        searched) are kept of everything else."""
+        def gather(indices):
+            return lambda tensor: tf.gather(tensor, indices)
+
+        def self_attention_caches(rows, function):
+            return {**rows, "cache": [
+                {**layer, "self_attention": tf.nest.map_structure(function,
+                                                                  layer["self_attention"])}
+                for layer in rows["cache"]]}
+
+        def reorder(tensor):
+            followed = tf.gather(tensor, parent_rows)
+            return tf.ensure_shape(followed, tensor.shape) if self.fixed_shapes else followed
+
+        reordered = parent_rows is not None and "cache" in rows
+        if reordered:
+            rows = self_attention_caches(rows, reorder)
+        if rows_left is None:
+            return rows
+
+        def keep(rows):
+            if not reordered:
+                return tf.nest.map_structure(gather(kept_rows), rows)
+            kept = {name: tf.nest.map_structure(gather(kept_rows), value)
+                    for name, value in rows.items() if name != "cache"}
+            kept["cache"] = [{**layer, "encoder_decoder": tf.nest.map_structure(
+                gather(kept_rows), layer["encoder_decoder"])} for layer in rows["cache"]]
+            return kept
+        return tf.cond(rows_left, lambda: keep(rows), lambda: rows)
 
 
 def _encode(model, inputs, extra_length):
@@ -97,15 +146,30 @@ def _encode(model, inputs, extra_length):
     return inputs, encoder_output, inputs_padding, limits, tf.shape(inputs)[1] + extra_length
 
 
-def _shape_invariants(state, cache_invariants):
-    """Shape invariants of a search loop's state, whose last item is the cache."""
-    return tuple(tensor.shape for tensor in state[:-1]) + (cache_invariants,)
+def _loop(decoder, not_done, step, state):
+    """tf.while_loop over `state`, whose last item is the decoder's rows. With fixed_shapes
+    every shape stays; otherwise the leading dimension (the sentences still searched) may
+    shrink."""
+    def invariant(tensor):
+        if decoder.fixed_shapes or tensor.shape.rank == 0:
+            return tensor.shape
+        return tf.TensorShape([None]).concatenate(tensor.shape[1:])
+    shapes = tuple(tf.nest.map_structure(invariant, item) for item in state[:-1])
+    return tf.while_loop(not_done, step, state,
+                         shape_invariants=shapes + (decoder.shape_invariants(),))
+
+
+def _still_searched(done):
+    """Indices int32 [n] of the sentences not done, of done bool [b]."""
+    return tf.cast(tf.reshape(tf.where(tf.logical_not(done)), [-1]), tf.int32)
 
 
 def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
                   fixed_shapes: bool = False):
     """Greedy decoding of padded `inputs` [B, S]: ids [B, S + extra_length] and their log
-    probabilities [B]; stops when every sequence has produced EOS or reached its limit."""
+    probabilities [B]. A sentence is done when it has produced EOS or reached its limit; done
+    sentences leave the batch (unless fixed_shapes: then they are padded with PAD until all
+    are done)."""
     inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
                                                                          extra_length)
     batch_size = tf.shape(inputs)[0]
@@ -114,28 +178,36 @@ def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
     # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
     decoded = tf.zeros([batch_size, max_length + 1], tf.int32)
     scores = tf.zeros([batch_size], tf.float32)
-    finished = tf.zeros([batch_size], tf.bool)
     positions = tf.range(max_length + 1)[tf.newaxis, :]
 
-    def step(t, decoded, scores, finished, cache):
-        logits, cache = decoder.logits(decoded, t, cache)
+    # `searched` [n]: the sentences still searched (their rows in decoded, scores, done and
+    # the decoder's rows); `outputs` and `output_scores` hold every sentence.
+    def step(t, searched, done, decoded, scores, outputs, output_scores, rows):
+        logits, rows = decoder.logits(decoded, t, rows)
         log_probs = tf.nn.log_softmax(logits)
         next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         best = tf.gather(log_probs, next_ids, batch_dims=1)
-        scores += tf.where(finished, 0.0, best)
-        next_ids = tf.where(finished, PAD_ID, next_ids)
+        scores += tf.where(done, 0.0, best)
+        next_ids = tf.where(done, PAD_ID, next_ids)
         decoded = tf.where(positions == t + 1, next_ids[:, tf.newaxis], decoded)
-        done = tf.equal(next_ids, EOS_ID) | (t + 1 >= limits)
-        return t + 1, decoded, scores, finished | done, cache
+        done |= tf.equal(next_ids, EOS_ID) | (t + 1 >= tf.gather(limits, searched))
+        outputs = tf.tensor_scatter_nd_update(outputs, searched[:, tf.newaxis], decoded)
+        output_scores = tf.tensor_scatter_nd_update(output_scores, searched[:, tf.newaxis],
+                                                    scores)
+        if not fixed_shapes:
+            kept = _still_searched(done)
+            rows = decoder.follow(rows, None, kept, tf.size(kept) < tf.size(done))
+            searched, done, decoded, scores = (tf.gather(tensor, kept)
+                                               for tensor in (searched, done, decoded, scores))
+        return t + 1, searched, done, decoded, scores, outputs, output_scores, rows
 
-    def not_done(t, decoded, scores, finished, cache):
-        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
+    def not_done(t, searched, done, decoded, scores, outputs, output_scores, rows):
+        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(done)))
 
-    state = (tf.constant(0), decoded, scores, finished, decoder.cache)
-    _, decoded, scores, _, _ = tf.while_loop(
-        not_done, step, state,
-        shape_invariants=_shape_invariants(state, decoder.cache_shape_invariants()))
-    return decoded[:, 1:], scores
+    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool), decoded,
+             scores, decoded, scores, decoder.rows)
+    outputs, output_scores = _loop(decoder, not_done, step, state)[5:7]
+    return outputs[:, 1:], output_scores
 
 
 def _merge_beams(tensor, batch_size, beam_size):
@@ -157,9 +229,11 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
                 use_cache: bool = True, fixed_shapes: bool = False):
     """The paper's beam search (§6.1, beam 4, length penalty alpha 0.6), as t2t's
     beam_search.py: keeps the `beam_size` most probable unfinished sequences ("alive") and the
-    `beam_size` best finished ones, scored by log probability / length_penalty; stops when no
-    alive sequence can still beat the worst finished one. A candidate that reaches its input's
-    length limit counts as finished (t2t compared such sequences only when none had ended).
+    `beam_size` best finished ones, scored by log probability / length_penalty. A candidate
+    that reaches its input's length limit counts as finished (t2t compared such sequences only
+    when none had ended). A sentence is done as soon as no alive sequence can still beat its
+    worst finished one (t2t stopped when that held for the whole batch); done sentences leave
+    the batch, so the steps after run on fewer rows (as CTranslate2 does), unless fixed_shapes.
 
     Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
     alive one if none finished) and their scores [B].
@@ -185,40 +259,40 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         """tensor [B, K', ...], indices [B, K] -> [B, K, ...]."""
         return tf.gather(tensor, indices, batch_dims=1)
 
-    def reorder_cache(cache, beam_indices):
-        """The self-attention caches follow their beams; the encoder's keys and values are the
-        same for every beam of an input."""
-        if not use_cache:
-            return cache
+    def bound_met(alive_log_probs, finished_scores, finished_flags, limits):
+        """[b]: the best an alive beam can reach, its log probability (it only falls) over the
+        largest penalty, cannot beat the worst finished sequence kept."""
+        best_alive = alive_log_probs[:, 0] / length_penalty(limits, alpha)
+        worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, 0.0), axis=1)
+        worst_finished = tf.where(tf.reduce_any(finished_flags, axis=1), worst_finished,
+                                  NEG_INF)
+        return worst_finished > best_alive
 
-        def follow(tensor):
-            followed = _flatten_beams(gather_beams(_merge_beams(tensor, batch_size, beam_size),
-                                                   beam_indices))
-            return tf.ensure_shape(followed, tensor.shape)  # keeps the static shape
-        return [{**layer, "self_attention": tf.nest.map_structure(follow,
-                                                                  layer["self_attention"])}
-                for layer in cache]
-
-    def step(t, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
-             cache):
-        logits, cache = decoder.logits(_flatten_beams(alive_seq), t, cache)
-        log_probs = _merge_beams(tf.nn.log_softmax(logits), batch_size, beam_size)
-        candidate_log_probs = log_probs + alive_log_probs[:, :, tf.newaxis]  # [B, K, V]
-        flat = tf.reshape(candidate_log_probs, [batch_size, beam_size * vocab_size])
+    # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
+    # `done` and the decoder's rows (b * K of them) hold; `results` holds every sentence's
+    # finished sequences, scores and flags.
+    def step(t, searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
+             finished_flags, results, rows):
+        b = tf.shape(searched)[0]
+        searched_limits = tf.gather(limits, searched)
+        logits, rows = decoder.logits(_flatten_beams(alive_seq), t, rows)
+        log_probs = _merge_beams(tf.nn.log_softmax(logits), b, beam_size)
+        candidate_log_probs = log_probs + alive_log_probs[:, :, tf.newaxis]  # [b, K, V]
+        flat = tf.reshape(candidate_log_probs, [b, beam_size * vocab_size])
         # 2K candidates: even if K of them end with EOS, K stay alive.
         top_log_probs, top_indices = tf.math.top_k(flat, k=2 * beam_size)
         beam_indices, token_ids = top_indices // vocab_size, top_indices % vocab_size
         top_seq = gather_beams(alive_seq, beam_indices)
         top_seq = tf.where(positions == t + 1, token_ids[:, :, tf.newaxis], top_seq)
         # A candidate ends with EOS, or by reaching its input's length limit.
-        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= limits)[:, tf.newaxis]
+        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= searched_limits)[:, tf.newaxis]
 
         # Alive: the best K candidates that did not end.
         alive_candidates = top_log_probs + tf.cast(ends, tf.float32) * NEG_INF
         _, alive_choice = tf.math.top_k(alive_candidates, k=beam_size)
-        new_alive_seq = gather_beams(top_seq, alive_choice)
-        new_alive_log_probs = gather_beams(alive_candidates, alive_choice)
-        cache = reorder_cache(cache, gather_beams(beam_indices, alive_choice))
+        alive_seq = gather_beams(top_seq, alive_choice)
+        alive_log_probs = gather_beams(alive_candidates, alive_choice)
+        parents = gather_beams(beam_indices, alive_choice)  # [b, K]: the beam each continues
 
         # Finished: the best K of the old finished ones and the candidates that ended now.
         scores = top_log_probs / length_penalty(t + 1, alpha)
@@ -226,32 +300,48 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         all_seq = tf.concat([finished_seq, top_seq], axis=1)
         all_scores = tf.concat([finished_scores, scores], axis=1)
         all_flags = tf.concat([finished_flags, ends], axis=1)
-        best_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
-        return (t + 1, new_alive_seq, new_alive_log_probs,
-                gather_beams(all_seq, finished_choice), best_scores,
-                gather_beams(all_flags, finished_choice), cache)
+        finished_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
+        finished_seq = gather_beams(all_seq, finished_choice)
+        finished_flags = gather_beams(all_flags, finished_choice)
+        results = tuple(tf.tensor_scatter_nd_update(result, searched[:, tf.newaxis], value)
+                        for result, value in zip(results, (finished_seq, finished_scores,
+                                                           finished_flags)))
+        done = bound_met(alive_log_probs, finished_scores, finished_flags, searched_limits)
 
-    def not_done(t, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
-                 cache):
-        # The best an alive beam can reach: its log probability (it only falls) over the
-        # largest penalty. Done when that cannot beat the worst finished sequence kept.
-        best_alive = alive_log_probs[:, 0] / length_penalty(limits, alpha)
-        worst_finished = tf.reduce_min(
-            tf.where(finished_flags, finished_scores, 0.0), axis=1)
-        worst_finished = tf.where(tf.reduce_any(finished_flags, axis=1), worst_finished,
-                                  NEG_INF)
-        bound_met = tf.reduce_all(worst_finished > best_alive)
-        return tf.logical_and(t < max_length, tf.logical_not(bound_met))
+        if fixed_shapes:
+            kept = tf.range(b)
+        else:
+            kept = _still_searched(done)
+            searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores, \
+                finished_flags = (tf.gather(tensor, kept) for tensor in (
+                    searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
+                    finished_flags))
+        kept_beams = kept[:, tf.newaxis] * beam_size
+        rows = decoder.follow(
+            rows, _flatten_beams(kept_beams + tf.gather(parents, kept)),
+            _flatten_beams(kept_beams + tf.range(beam_size)[tf.newaxis, :]),
+            None if fixed_shapes else tf.size(kept) < b)
+        return (t + 1, searched, done, alive_seq, alive_log_probs, finished_seq,
+                finished_scores, finished_flags, results, rows)
 
-    state = (tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
-             finished_flags, decoder.cache)
-    _, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags, _ = (
-        tf.while_loop(not_done, step, state,
-                      shape_invariants=_shape_invariants(state, decoder.cache_shape_invariants())))
+    def not_done(t, searched, done, *unused_state):
+        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(done)))
+
+    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool), alive_seq,
+             alive_log_probs, finished_seq, finished_scores, finished_flags,
+             (finished_seq, finished_scores, finished_flags), decoder.rows)
+    (_, searched, _, alive_seq, alive_log_probs, _, _, _,
+     (finished_seq, finished_scores, finished_flags), _) = _loop(decoder, not_done, step, state)
+    # Sentences searched to the last step without a finished sequence: their best alive one.
+    best_alive_seq = tf.scatter_nd(searched[:, tf.newaxis], alive_seq[:, 0],
+                                   [batch_size, length])
+    best_alive_score = tf.scatter_nd(
+        searched[:, tf.newaxis],
+        alive_log_probs[:, 0] / length_penalty(tf.gather(limits, searched), alpha),
+        [batch_size])
     any_finished = tf.reduce_any(finished_flags, axis=1)
-    best_seq = tf.where(any_finished[:, tf.newaxis], finished_seq[:, 0], alive_seq[:, 0])
-    best_score = tf.where(any_finished, finished_scores[:, 0],
-                          alive_log_probs[:, 0] / length_penalty(limits, alpha))
+    best_seq = tf.where(any_finished[:, tf.newaxis], finished_seq[:, 0], best_alive_seq)
+    best_score = tf.where(any_finished, finished_scores[:, 0], best_alive_score)
     return best_seq[:, 1:], best_score
 
 

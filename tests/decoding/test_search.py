@@ -144,3 +144,37 @@ def test_a_wide_beam_finds_the_best_scored_sequence(seed):
                                      extra_length=2, use_cache=False)
     assert ids.numpy()[0, :len(best)].tolist() == best
     assert float(scores[0]) == pytest.approx(best_score, rel=1e-5)
+
+
+class RowCountingModel:
+    """The model, recording how many rows each decoding step runs on."""
+
+    def __init__(self, model):
+        self.model, self.rows_per_step = model, []
+        self.vocab_size = model.vocab_size
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode_step(self, ids, *args):
+        self.rows_per_step.append(int(ids.shape[0]))
+        return self.model.decode_step(ids, *args)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_done_sentences_leave_the_batch_without_changing_any_output(model, inputs, beam_size):
+    """Row 1's input is 4 tokens to the others' 7, so its limit comes 3 steps earlier: the
+    steps after run on the other sentences' rows only, and every output stays as in the
+    fixed-shape search, where no row leaves."""
+    counting = RowCountingModel(model)
+    if beam_size == 1:
+        ids, scores = search.greedy_search(counting, inputs, extra_length=6)
+    else:
+        ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
+    assert counting.rows_per_step[0] == 3 * beam_size
+    assert min(counting.rows_per_step) <= 2 * beam_size
+    assert counting.rows_per_step == sorted(counting.rows_per_step, reverse=True)
+    fixed_ids, fixed_scores = run_search(model, inputs, beam_size,
+                                         **COMPILATIONS["fixed cache, XLA"])
+    np.testing.assert_array_equal(ids.numpy(), fixed_ids)
+    np.testing.assert_allclose(scores.numpy(), fixed_scores, rtol=1e-5)
