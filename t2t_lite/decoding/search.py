@@ -21,6 +21,7 @@ import dataclasses
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.decoding.block_top_k import block_top_k
 
 NEG_INF = -1e9
 
@@ -241,7 +242,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
                                                                          extra_length)
     batch_size = tf.shape(inputs)[0]
-    vocab_size = model.vocab_size
+    per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered
     decoder = _Decoder(model, _tile_beams(encoder_output, beam_size),
                        _tile_beams(inputs_padding, beam_size), max_length, use_cache,
                        fixed_shapes)
@@ -276,12 +277,16 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         b = tf.shape(searched)[0]
         searched_limits = tf.gather(limits, searched)
         logits, rows = decoder.logits(_flatten_beams(alive_seq), t, rows)
-        log_probs = _merge_beams(tf.nn.log_softmax(logits), b, beam_size)
-        candidate_log_probs = log_probs + alive_log_probs[:, :, tf.newaxis]  # [b, K, V]
-        flat = tf.reshape(candidate_log_probs, [b, beam_size * vocab_size])
-        # 2K candidates: even if K of them end with EOS, K stay alive.
-        top_log_probs, top_indices = tf.math.top_k(flat, k=2 * beam_size)
-        beam_indices, token_ids = top_indices // vocab_size, top_indices % vocab_size
+        # 2K candidates: even if K of them end with EOS, K stay alive. They are the top 2K of
+        # the K beams' best 2K tokens each (the top 2K of all K * V, in the same order).
+        beam_log_probs, beam_tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
+        candidate_log_probs = (_merge_beams(beam_log_probs, b, beam_size)
+                               + alive_log_probs[:, :, tf.newaxis])  # [b, K, 2K]
+        top_log_probs, top_indices = tf.math.top_k(
+            tf.reshape(candidate_log_probs, [b, beam_size * per_beam]), k=2 * beam_size)
+        beam_indices = top_indices // per_beam
+        token_ids = tf.gather(tf.reshape(beam_tokens, [b, beam_size * per_beam]),
+                              top_indices, batch_dims=1)
         top_seq = gather_beams(alive_seq, beam_indices)
         top_seq = tf.where(positions == t + 1, token_ids[:, :, tf.newaxis], top_seq)
         # A candidate ends with EOS, or by reaching its input's length limit.
