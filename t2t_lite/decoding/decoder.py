@@ -66,8 +66,9 @@ class Translator:
         self.decode_hparams = decode_hparams or DecodeHParams()
         self.max_input_length = max_input_length
         self.source_name = source_name
-        self._search = tf.function(self._search_batch, reduce_retracing=True,
-                                   jit_compile=self.decode_hparams.jit_compile)
+        # One trace for every batch shape (XLA still compiles each shape it meets).
+        self._search = tf.function(self._search_batch, jit_compile=self.decode_hparams.jit_compile,
+                                   input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
     def _search_batch(self, inputs):
         return search(self.model, inputs, self.decode_hparams)
