@@ -21,16 +21,20 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
 
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
 --alpha, batches of --batch_size, and the same thread pools (--intra_op_parallelism_threads,
---inter_op_parallelism_threads) for four contestants:
+--inter_op_parallelism_threads) for five contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
-    search XLA-compiled: "(XLA)" in the table) on the model in --t2t_lite_dir (its averaged/
-    checkpoint when there, as multi30k_recipe.py decodes, else its latest;
-    --t2t_lite_checkpoint chooses).
+    search without XLA; "(XLA)" in the table if that default changes) on the model in
+    --t2t_lite_dir (its averaged/ checkpoint when there, as multi30k_recipe.py decodes, else
+    its latest; --t2t_lite_checkpoint chooses).
   - t2t_lite SavedModel: that checkpoint exported once by t2t_lite-exporter into W/saved_model
-    (without XLA, the exporter's default, unless --saved_model_jit_compile) and, in each round,
-    loaded with tf.saved_model.load in a fresh process that imports TensorFlow and
-    tensorflow-text only, the way a server does; its "serving_default" signature is called on
-    batches of --batch_size raw sentences (batched in the decoder's order, sorted by length).
+    (without XLA, the exporter's default) and, in each round, loaded with tf.saved_model.load
+    in a fresh process that imports TensorFlow and tensorflow-text only, the way a server does;
+    its "serving_default" signature is called on batches of --batch_size raw sentences
+    (batched in the decoder's order, sorted by length).
+  - t2t_lite SavedModel (XLA): the same, exported with --export_jit_compile into
+    W/saved_model_xla. XLA compiles the search once per batch shape (the number of sentences
+    and of source tokens, which a server gets from its clients), so its warm-up translates
+    every batch and every latency sentence once.
   - onmt-main infer: OpenNMT-tf's own inference on the peer's model in --peer_dir (a work dir
     of benchmarks/peers/opennmt_tf/run.py: its averaged checkpoint when there, else its latest;
     --peer_checkpoint chooses), in the peer's environment, with OpenNMT-tf's inference batching
@@ -54,7 +58,7 @@ the other are not timed on the same machine: they run in turn, A, B, C, D, A, B,
 and warmed up (one untimed batch; the t2t_lite decoder compiles one batch per padded shape;
 "warm-up s", from after the library's import to the end of that), all the sentences are
 translated and timed, then each of the first --latency_sentences sentences alone (after one
-untimed single sentence; the decoder first compiles its batch-of-one shapes). Reported per
+untimed single sentence). Reported per
 contestant: sentences and target tokens per second (median over rounds, and min-max), target
 tokens counted alike for all (the output's SentencePiece pieces + end of sentence), mean output
 length, BLEU of its output (sacreBLEU, t2t_lite's `decoder.score`: speed must not come from
@@ -64,7 +68,7 @@ infer and over CTranslate2, are taken within each round and reported as their me
 min-max over rounds, beside the issue's targets (reported, not asserted): at least 3 times
 onmt-main infer, at least 2/3 of CTranslate2, and peak memory at most OpenNMT-tf's.
 W keeps each contestant-round's translations and log (round<R>_<contestant>.txt, .tokens for
-the peer's, .log), the SavedModel, the CTranslate2 model and the peer's decode.yml and tokens.
+the peer's, .log), the SavedModels, the CTranslate2 model and the peer's decode.yml and tokens.
 """
 import json
 import os
@@ -91,10 +95,12 @@ def time_each(translate_one, lines: list) -> list:
 
 
 def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_threads: int,
-                       inter_threads: int):
+                       inter_threads: int, warm_up_every_shape: bool = False):
     """One round of the SavedModel, in a process that imports TensorFlow and tensorflow-text
     only (what a server loads), not t2t_lite. The job file (JSON) has the sentences, their
     batches (lists of indices: the decoder's order, sorted by length) and the latency count.
+    The warm-up is one batch, or with `warm_up_every_shape` (an XLA-compiled search, which
+    compiles once per batch shape) every batch and every latency sentence once.
     Writes the translations in input order and prints "CONTESTANT {json}"."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
@@ -111,7 +117,11 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
         outputs = serve(inputs=tf.constant(lines, tf.string))["outputs"].numpy()
         return [output.decode("utf-8") for output in outputs]
 
-    translate([sources[i] for i in batches[0]])
+    for batch in batches if warm_up_every_shape else batches[:1]:
+        translate([sources[i] for i in batch])
+    if warm_up_every_shape:
+        for line in sources[:job["latency_sentences"]]:
+            translate([line])
     result = {"warmup_seconds": time.perf_counter() - start}
 
     start = time.perf_counter()
@@ -132,8 +142,9 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [SAVED_MODEL_CLIENT]:
-    export_dir, job_path, output_path, intra, inter = sys.argv[2:]
-    saved_model_client(export_dir, job_path, output_path, int(intra), int(inter))
+    export_dir, job_path, output_path, intra, inter, every_shape = sys.argv[2:]
+    saved_model_client(export_dir, job_path, output_path, int(intra), int(inter),
+                       every_shape == "True")
     sys.exit(0)
 
 # The peer runs with the TensorFlow kernels its users get: the variable as this program was
@@ -180,9 +191,11 @@ peer = load_peer()
 CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
                    " (XLA)" if decoder.DecodeHParams().jit_compile else ""),
                "t2t_lite_saved_model": "t2t_lite SavedModel",
+               "t2t_lite_saved_model_xla": "t2t_lite SavedModel (XLA)",
                "onmt_infer": "onmt-main infer",
                "ctranslate2": "CTranslate2 float32"}
-OURS = ("t2t_lite_decoder", "t2t_lite_saved_model")
+SAVED_MODELS = {"t2t_lite_saved_model": False, "t2t_lite_saved_model_xla": True}  # XLA or not
+OURS = ("t2t_lite_decoder", *SAVED_MODELS)
 PEERS = ("onmt_infer", "ctranslate2")
 TARGETS = {"onmt_infer": 3.0, "ctranslate2": 2 / 3}  # sentences/s ratios the issue asks for
 
@@ -228,8 +241,6 @@ flags.DEFINE_float("alpha", 0.6, "--compare: length penalty of every contestant 
 flags.DEFINE_integer("latency_sentences", 50, "--compare: the first this many sentences are "
                      "also translated one at a time for the single-sentence latency.",
                      lower_bound=1)
-flags.DEFINE_boolean("saved_model_jit_compile", False, "--compare: export the SavedModel with "
-                     "an XLA-compiled search (t2t_lite-exporter --export_jit_compile).")
 flags.DEFINE_boolean("decoder_child", False, "Internal: one round of the t2t_lite decoder; "
                      "prints its JSON.")
 flags.DEFINE_string("child_output", None, "Internal: where that round writes its translations.")
@@ -404,8 +415,8 @@ def decoder_child():
 
 # --- --compare: preparation, rounds, summary ----------------------------------------------------
 
-def saved_model_dir() -> str:
-    return os.path.join(FLAGS.work_dir, "saved_model")
+def saved_model_dir(jit_compile: bool) -> str:
+    return os.path.join(FLAGS.work_dir, "saved_model_xla" if jit_compile else "saved_model")
 
 
 def t2t_lite_checkpoint() -> str:
@@ -422,13 +433,15 @@ def t2t_lite_checkpoint() -> str:
     return latest
 
 
-def export_saved_model(checkpoint: str) -> float:
-    """t2t_lite-exporter into W/saved_model (replaced); returns its wall time."""
+def export_saved_model(checkpoint: str, jit_compile: bool) -> float:
+    """t2t_lite-exporter into W/saved_model or W/saved_model_xla (replaced); returns its wall
+    time."""
     command = [sys.executable, "-m", "t2t_lite.bin.exporter", f"--data_dir={FLAGS.data_dir}",
-               f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={saved_model_dir()}",
+               f"--output_dir={FLAGS.t2t_lite_dir}",
+               f"--export_dir={saved_model_dir(jit_compile)}",
                f"--checkpoint_path={checkpoint}", "--overwrite",
                f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha}",
-               f"--export_jit_compile={FLAGS.saved_model_jit_compile}"]
+               f"--export_jit_compile={jit_compile}"]
     start = time.time()
     output = subprocess.run(command, capture_output=True, text=True)
     if output.returncode:
@@ -512,9 +525,11 @@ def contestant_command(name: str, setup: dict, output: str) -> list:
                 f"--num_sentences={FLAGS.num_sentences}", f"--batch_size={FLAGS.batch_size}",
                 f"--beam_size={FLAGS.beam_size}", f"--alpha={FLAGS.alpha}",
                 f"--latency_sentences={FLAGS.latency_sentences}", *thread_flags()]
-    if name == "t2t_lite_saved_model":
+    if name in SAVED_MODELS:
+        jit_compile = SAVED_MODELS[name]
         return [sys.executable, os.path.abspath(__file__), SAVED_MODEL_CLIENT,
-                saved_model_dir(), setup["saved_model_job"], output, *map(str, threads)]
+                saved_model_dir(jit_compile), setup["saved_model_job"], output,
+                *map(str, threads), str(jit_compile)]
     if name == "onmt_infer":
         return peer.infer_command(setup["venv_python"], setup, output, *threads)
     return peer.ctranslate2_command(setup["venv_python"], setup, setup["ctranslate2_dir"],
@@ -707,10 +722,12 @@ def run_compare(problem):
                if name in FLAGS.contestants}
     setup = {"t2t_lite_checkpoint": t2t_lite_checkpoint()}
     print(f"t2t_lite's checkpoint: {setup['t2t_lite_checkpoint']}", flush=True)
-    if "t2t_lite_saved_model" in entries:
-        print(f"exporting the SavedModel to {saved_model_dir()}", flush=True)
-        setup["export_seconds"] = export_saved_model(setup["t2t_lite_checkpoint"])
-        setup["saved_model_job"] = write_saved_model_job(sources, encoders)
+    for name, jit_compile in SAVED_MODELS.items():
+        if name in entries:
+            print(f"exporting the SavedModel to {saved_model_dir(jit_compile)}", flush=True)
+            setup[f"export_seconds_{name}"] = export_saved_model(setup["t2t_lite_checkpoint"],
+                                                                 jit_compile)
+            setup["saved_model_job"] = write_saved_model_job(sources, encoders)
     setup.update(prepare_peer(entries, problem, sources))
 
     host = reporting.machine()
@@ -728,7 +745,8 @@ def run_compare(problem):
               "peer_length_bucket_width": setup.get("length_bucket_width"),
               "peer_max_decoding_length": setup.get("max_decoding_length"),
               "peer_versions": setup.get("versions", {}),
-              "export_seconds": setup.get("export_seconds"),
+              "export_seconds": {name: setup[f"export_seconds_{name}"] for name in SAVED_MODELS
+                                 if f"export_seconds_{name}" in setup},
               "convert_seconds": setup.get("convert_seconds")}
     result["order"] = run_rounds(entries, setup, encoders, references)
     for entry in entries.values():

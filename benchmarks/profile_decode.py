@@ -44,11 +44,8 @@ Prints the tables and writes the JSON (--output_json); the numbers compare only 
 on one machine.
 """
 import collections
-import glob
-import json
 import os
 import re
-import tempfile
 import time
 
 from t2t_lite.bin import common
@@ -57,7 +54,6 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
-from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa: E402
 
 from t2t_lite.decoding import decoder  # noqa: E402
 
@@ -145,26 +141,8 @@ def timed_translation(translator, sentences) -> float:
 
 def profiled_operations(translator, sentences):
     """One translation of `sentences` under tf.profiler: (its wall seconds, a list of
-    {"name", "type", "self_seconds", "occurrences"}, one per operation, from the profiler's
-    framework_op_stats tool; its idle time left out)."""
-    with tempfile.TemporaryDirectory() as log_dir:
-        tf.profiler.experimental.start(log_dir)
-        seconds = timed_translation(translator, sentences)
-        tf.profiler.experimental.stop()
-        paths = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
-        data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
-    if not ok:
-        raise RuntimeError(f"the profiler's framework_op_stats tool failed: {data[:200]!r}")
-    table = json.loads(data)[0]
-    columns = [column["id"] for column in table["cols"]]
-    operations = []
-    for row in table["rows"]:
-        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
-        if values["type"] != "IDLE":
-            operations.append({"name": values["operation"], "type": values["type"],
-                               "self_seconds": values["total_self_time"] / 1e6,
-                               "occurrences": int(values["occurrences"])})
-    return seconds, operations
+    {"name", "type", "self_seconds", "occurrences"}, one per operation)."""
+    return reporting.profiled_operations(lambda: timed_translation(translator, sentences))
 
 
 def group_of(op_type: str, op_name: str) -> str:

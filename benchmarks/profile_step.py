@@ -25,13 +25,11 @@ fuses the step into clusters whose time the profiler cannot split by operation):
 Prints the tables and writes the JSON; the numbers compare only within one run on one machine.
 """
 import collections
-import glob
 import json
 import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 
 from t2t_lite.bin import common
@@ -42,7 +40,6 @@ import training_run  # noqa: E402  (benchmarks/training_run.py)
 from training_run import PROBLEM  # noqa: E402
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
-from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # noqa: E402
 
 ONEDNN = reporting.ONEDNN
 # name: (intra-op threads, inter-op threads, hparams overrides, TF_ENABLE_ONEDNN_OPTS; None: the
@@ -123,21 +120,11 @@ def standalone_rates(shapes):
 
 def op_profile(steps, batch_list):
     """{op type: self seconds} over `batch_list`'s steps, from tf.profiler's trace."""
-    with tempfile.TemporaryDirectory() as log_dir:
-        tf.profiler.experimental.start(log_dir)
-        training_run.timed_steps(steps, batch_list)
-        tf.profiler.experimental.stop()
-        paths = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
-        data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
-    if not ok:
-        raise RuntimeError(f"the profiler's framework_op_stats tool failed: {data[:200]!r}")
-    table = json.loads(data)[0]
-    columns = [column["id"] for column in table["cols"]]
+    _, operations = reporting.profiled_operations(
+        lambda: training_run.timed_steps(steps, batch_list))
     self_seconds = collections.Counter()
-    for row in table["rows"]:
-        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
-        if values["type"] != "IDLE":
-            self_seconds[values["type"]] += values["total_self_time"] / 1e6
+    for operation in operations:
+        self_seconds[operation["type"]] += operation["self_seconds"]
     return self_seconds
 
 

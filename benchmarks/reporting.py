@@ -13,12 +13,14 @@ limit that MFU figures are measured against. This file also runs as that process
 
 (SHAPE: m x k x n, written "2048x2048x2048"), printing one line "MATMUL {json}".
 """
+import glob
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
@@ -211,6 +213,32 @@ def best_rate(measurements: dict) -> dict:
         (rate, backend, shape, when) for when, measured in measurements.items()
         for backend, rates in measured["rates"].items() for shape, rate in rates.items())
     return {"gflops": gflops, "backend": backend, "shape": shape, "when": when}
+
+
+def profiled_operations(function):
+    """Runs `function` under tf.profiler: (its result, a list of {"name", "type",
+    "self_seconds", "occurrences"}, one per TensorFlow operation, from the profiler's own
+    framework_op_stats tool; idle time left out). Self time adds up every thread."""
+    import tensorflow as tf
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin
+    with tempfile.TemporaryDirectory() as log_dir:
+        tf.profiler.experimental.start(log_dir)
+        result = function()
+        tf.profiler.experimental.stop()
+        paths = glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
+        data, ok = _pywrap_profiler_plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    if not ok:
+        raise RuntimeError(f"the profiler's framework_op_stats tool failed: {data[:200]!r}")
+    table = json.loads(data)[0]
+    columns = [column["id"] for column in table["cols"]]
+    operations = []
+    for row in table["rows"]:
+        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
+        if values["type"] != "IDLE":
+            operations.append({"name": values["operation"], "type": values["type"],
+                               "self_seconds": values["total_self_time"] / 1e6,
+                               "occurrences": int(values["occurrences"])})
+    return result, operations
 
 
 def write_json(path: str, result: dict):
