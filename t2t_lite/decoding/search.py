@@ -2,15 +2,20 @@
 
 The encoder runs once per batch. With `use_cache` (the default), each step runs the decoder on
 the newest token only: the encoder-decoder attention keys and values are computed once, and
-each decoder self-attention keeps the keys and values of the earlier positions in a cache of
-fixed size (t2t's fast decoding). Without it, each step runs the decoder over the whole fixed
-size buffer of tokens chosen so far and reads the current position (causal masking makes the
-two equal). The searches run inside `tf.function`; the decoder, BLEU during training and the
-exported model call these same functions. Without XLA (the default: as fast on a CPU, no
-compile per shape, and what any TensorFlow Serving runs) the self-attention caches grow by one
-position per step. With `fixed_shapes` (for XLA, which compiles fixed shapes only) they have
-room for the longest output from the start and each step writes its position with a mask,
-reading and writing the whole buffer.
+each decoder self-attention keeps the keys and values of the earlier positions in a cache
+(t2t's fast decoding). Without it, each step runs the decoder over the whole fixed size buffer
+of tokens chosen so far and reads the current position (causal masking makes the two equal).
+The searches run inside `tf.function`; the decoder, BLEU during training and the exported
+model call these same functions.
+
+Two ways to run, with the same outputs (tests/decoding/test_search.py):
+- Without XLA (the default: faster on a CPU, no compile per shape, and what any TensorFlow
+  Serving runs): the self-attention caches grow by one position per step, and a sentence
+  leaves the batch as soon as its search is done, so later steps run on fewer rows (as
+  CTranslate2 does).
+- `fixed_shapes`, for XLA, which compiles fixed shapes only: the caches have room for the
+  longest output from the start and each step writes its position with a mask, reading and
+  writing the whole buffer; every row stays until the whole batch is done.
 
 The maximum output length of each sentence is its input length (EOS included) + `extra_length`
 (50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
@@ -233,8 +238,9 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     `beam_size` best finished ones, scored by log probability / length_penalty. A candidate
     that reaches its input's length limit counts as finished (t2t compared such sequences only
     when none had ended). A sentence is done as soon as no alive sequence can still beat its
-    worst finished one (t2t stopped when that held for the whole batch); done sentences leave
-    the batch, so the steps after run on fewer rows (as CTranslate2 does), unless fixed_shapes.
+    best finished one (t2t stopped when none could beat the worst kept, for the whole batch);
+    done sentences leave the batch, so the steps after run on fewer rows (as CTranslate2 does),
+    unless fixed_shapes.
 
     Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
     alive one if none finished) and their scores [B].
@@ -261,13 +267,13 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         return tf.gather(tensor, indices, batch_dims=1)
 
     def bound_met(alive_log_probs, finished_scores, finished_flags, limits):
-        """[b]: the best an alive beam can reach, its log probability (it only falls) over the
-        largest penalty, cannot beat the worst finished sequence kept."""
+        """[b]: the best score an alive beam can still reach, its log probability (which only
+        falls) over the largest penalty (at its input's limit), cannot beat the best finished
+        sequence, the one returned. (t2t waited until it could not beat the worst of the K
+        finished ones, which it could return too; the returned best is the same.)"""
         best_alive = alive_log_probs[:, 0] / length_penalty(limits, alpha)
-        worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, 0.0), axis=1)
-        worst_finished = tf.where(tf.reduce_any(finished_flags, axis=1), worst_finished,
-                                  NEG_INF)
-        return worst_finished > best_alive
+        best_finished = tf.where(finished_flags[:, 0], finished_scores[:, 0], NEG_INF)
+        return best_finished > best_alive
 
     # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
     # `done` and the decoder's rows (b * K of them) hold; `results` holds every sentence's

@@ -114,9 +114,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value": self.split_heads(self.value_dense(memory))}
 
     def attend_to_memory(self, query, memory_cache, bias=None):
-        """`call` with the memory's keys and values from `project_memory`."""
-        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        return self.attend(q, memory_cache["key"], memory_cache["value"], bias)
+        """`call` for one decoding position per row, with the memory's keys and values from
+        `project_memory`: query [batch, d] -> [batch, d]."""
+        q = self.heads_of_one_position(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        return self.attend_one_position(q, memory_cache["key"], memory_cache["value"], bias)
 
     def empty_cache(self, batch_size, max_length=None):
         """The keys and values of no position yet, [batch, heads, length, depth / heads] each.
@@ -131,18 +132,18 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def self_attention_step(self, query, cache, position, fixed_length=False):
         """One step of causal self-attention when decoding (t2t's fast decoding): `query`
-        [batch, 1, d] is the input at `position`, and it attends over positions 0..position.
+        [batch, d] is the input at `position`, and it attends over positions 0..position.
         Its key and value are appended to the cache (which holds positions 0..position - 1),
         or with `fixed_length` written into the fixed-size cache at `position`, the later
-        positions masked. Returns the output [batch, 1, d] and the updated cache; the output
+        positions masked. Returns the output [batch, d] and the updated cache; the output
         equals row `position` of `call` with a causal bias over the whole prefix."""
-        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        key = self.split_heads(self.key_dense(query))
-        value = self.split_heads(self.value_dense(query))
+        q = self.heads_of_one_position(self.query_dense(query)) * (self.depth_per_head**-0.5)
+        key = self.heads_of_one_position(self.key_dense(query))
+        value = self.heads_of_one_position(self.value_dense(query))
         if not fixed_length:
             cache = {"key": ops.concatenate([cache["key"], key], axis=2),
                      "value": ops.concatenate([cache["value"], value], axis=2)}
-            return self.attend(q, cache["key"], cache["value"]), cache
+            return self.attend_one_position(q, cache["key"], cache["value"]), cache
         # A masked write rather than a dynamic slice update: plain TensorFlow ops, so that an
         # exported search needs no XLA in the server.
         cache_positions = ops.arange(ops.shape(cache["key"])[2])
@@ -151,21 +152,39 @@ class MultiHeadAttention(keras.layers.Layer):
                  "value": ops.where(here, value, cache["value"])}
         later = ops.greater(cache_positions, position)
         bias = ops.cast(later, "float32")[None, None, None, :] * NEG_INF
-        return self.attend(q, cache["key"], cache["value"], bias), cache
+        return self.attend_one_position(q, cache["key"], cache["value"], bias), cache
 
-    def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
-        """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the
-        output projection. Kept apart from `call` so cached keys/values can be fed in."""
+    def heads_of_one_position(self, x):
+        """[batch, d] -> [batch, heads, 1, d / heads]: split_heads of a length-1 sequence, a
+        reshape without split_heads' transpose (decoding steps are two-dimensional, so that
+        their dense layers are plain matmuls)."""
+        return ops.reshape(x, (-1, self.num_heads, 1, self.depth_per_head))
+
+    def attention_weights(self, q, k, bias=None):
+        """softmax(q k^T + bias) in float32 over the keys, q already scaled: [batch, heads,
+        queries, keys]."""
         logits = ops.matmul(ops.cast(q, "float32"),
                             ops.transpose(ops.cast(k, "float32"), (0, 1, 3, 2)))
         if bias is not None:
             # Keras casts a float16 layer's inputs, turning -1e9 into -inf; clamping keeps a
             # row whose keys are all masked (an all-PAD source) finite instead of NaN.
             logits = logits + ops.maximum(ops.cast(bias, "float32"), NEG_INF)
-        weights = ops.softmax(logits, axis=-1)
+        return ops.softmax(logits, axis=-1)
+
+    def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
+        """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the
+        output projection. Kept apart from `call` so cached keys/values can be fed in."""
+        weights = self.attention_weights(q, k, bias)
         dropped = ops.cast(self.weights_dropout(weights, training=training), v.dtype)
         output = self.output_dense(self.combine_heads(ops.matmul(dropped, v)))
         return (output, weights) if return_attention_scores else output
+
+    def attend_one_position(self, q, k, v, bias=None):
+        """`attend` at inference for one query per row, q [batch, heads, 1, d / heads] ->
+        [batch, d]: the heads combined by a reshape, without combine_heads' transpose."""
+        context = ops.matmul(ops.cast(self.attention_weights(q, k, bias), v.dtype), v)
+        return self.output_dense(
+            ops.reshape(context, (-1, self.num_heads * self.depth_per_head)))
 
     def compute_output_shape(self, query_shape, memory_shape=None):
         return query_shape

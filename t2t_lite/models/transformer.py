@@ -146,7 +146,7 @@ class DecoderLayer(_TransformerLayer):
 
 
     def step(self, x, cache, position, encoder_decoder_bias=None, fixed_length=False):
-        """The layer at one decoding position: x [batch, 1, d] is the input at `position`;
+        """The layer at one decoding position: x [batch, d] is the input at `position`;
         `cache` holds {"self_attention": keys/values of the earlier positions,
         "encoder_decoder": the encoder output's keys/values}. Returns (output, updated cache).
         fixed_length: the self-attention cache has fixed size (MultiHeadAttention.empty_cache)."""
@@ -252,13 +252,16 @@ class Transformer(keras.Model):
         encoder_decoder_bias = padding_bias(inputs_padding)
         x = self._embed(self.target_embedding, ops.cast(ids, "int32")[:, None], False,
                         start_position=position)
+        # [batch, d] from here: the step's dense layers are then plain matmuls, without the
+        # reshapes and shape arithmetic that a [batch, 1, d] input costs at every step.
+        x = ops.reshape(x, (-1, self.hparams.hidden_size))
         updated = []
         for layer, layer_cache in zip(self.decoder_stack, cache):
             x, layer_cache = layer.step(x, layer_cache, position, encoder_decoder_bias,
                                         fixed_length)
             updated.append(layer_cache)
         x = self.decoder_final(x, training=False)
-        return self.softmax_embedding(x, reverse=True)[:, 0, :], updated
+        return self.softmax_embedding(x, reverse=True), updated
 
     def attention_weights(self, features):
         """The attention weights of every layer (inference mode), for pictures:
