@@ -74,16 +74,6 @@ def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_siz
     np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-5)
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_growing_and_fixed_caches_give_the_same_output(model, inputs, beam_size):
-    growing_ids, growing_scores = run_search(model, inputs, beam_size,
-                                             **COMPILATIONS["growing cache"])
-    fixed_ids, fixed_scores = run_search(model, inputs, beam_size,
-                                         **COMPILATIONS["fixed cache, XLA"])
-    np.testing.assert_array_equal(growing_ids, fixed_ids)
-    np.testing.assert_allclose(growing_scores, fixed_scores, rtol=1e-5)
-
-
 def test_beam_of_one_without_penalty_is_greedy(model, inputs):
     greedy_ids, greedy_scores = search.greedy_search(model, inputs, extra_length=6)
     beam_ids, beam_scores = search.beam_search(model, inputs, beam_size=1, alpha=0.0,
