@@ -727,7 +727,8 @@ def run_compare(problem):
             print(f"exporting the SavedModel to {saved_model_dir(jit_compile)}", flush=True)
             setup[f"export_seconds_{name}"] = export_saved_model(setup["t2t_lite_checkpoint"],
                                                                  jit_compile)
-            setup["saved_model_job"] = write_saved_model_job(sources, encoders)
+    if any(name in entries for name in SAVED_MODELS):  # one job file for both exports
+        setup["saved_model_job"] = write_saved_model_job(sources, encoders)
     setup.update(prepare_peer(entries, problem, sources))
 
     host = reporting.machine()

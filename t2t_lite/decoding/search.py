@@ -93,12 +93,9 @@ class _Decoder:
         if self.fixed_shapes:
             return tf.nest.map_structure(lambda tensor: tensor.shape, self.rows)
 
-        def any_rows(tensor):
-            return tf.TensorShape([None]).concatenate(tensor.shape[1:])
-
         def any_rows_and_length(tensor):
             return tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
-        shapes = tf.nest.map_structure(any_rows, self.rows)
+        shapes = tf.nest.map_structure(_any_rows, self.rows)
         if self.use_cache:
             shapes["cache"] = [
                 {**layer_shapes, "self_attention": tf.nest.map_structure(
@@ -152,6 +149,11 @@ def _encode(model, inputs, extra_length):
     return inputs, encoder_output, inputs_padding, limits, tf.shape(inputs)[1] + extra_length
 
 
+def _any_rows(tensor):
+    """tensor's shape with any number of rows (its leading dimension) in a search loop."""
+    return tf.TensorShape([None]).concatenate(tensor.shape[1:])
+
+
 def _loop(decoder, not_done, step, state):
     """tf.while_loop over `state`, whose last item is the decoder's rows. With fixed_shapes
     every shape stays; otherwise the leading dimension (the sentences still searched) may
@@ -159,7 +161,7 @@ def _loop(decoder, not_done, step, state):
     def invariant(tensor):
         if decoder.fixed_shapes or tensor.shape.rank == 0:
             return tensor.shape
-        return tf.TensorShape([None]).concatenate(tensor.shape[1:])
+        return _any_rows(tensor)
     shapes = tuple(tf.nest.map_structure(invariant, item) for item in state[:-1])
     return tf.while_loop(not_done, step, state,
                          shape_invariants=shapes + (decoder.shape_invariants(),))
