@@ -722,12 +722,13 @@ def run_compare(problem):
                if name in FLAGS.contestants}
     setup = {"t2t_lite_checkpoint": t2t_lite_checkpoint()}
     print(f"t2t_lite's checkpoint: {setup['t2t_lite_checkpoint']}", flush=True)
+    setup["export_seconds"] = {}
     for name, jit_compile in SAVED_MODELS.items():
         if name in entries:
             print(f"exporting the SavedModel to {saved_model_dir(jit_compile)}", flush=True)
-            setup[f"export_seconds_{name}"] = export_saved_model(setup["t2t_lite_checkpoint"],
-                                                                 jit_compile)
-    if any(name in entries for name in SAVED_MODELS):  # one job file for both exports
+            setup["export_seconds"][name] = export_saved_model(setup["t2t_lite_checkpoint"],
+                                                               jit_compile)
+    if setup["export_seconds"]:  # one job file for both exports
         setup["saved_model_job"] = write_saved_model_job(sources, encoders)
     setup.update(prepare_peer(entries, problem, sources))
 
@@ -746,8 +747,7 @@ def run_compare(problem):
               "peer_length_bucket_width": setup.get("length_bucket_width"),
               "peer_max_decoding_length": setup.get("max_decoding_length"),
               "peer_versions": setup.get("versions", {}),
-              "export_seconds": {name: setup[f"export_seconds_{name}"] for name in SAVED_MODELS
-                                 if f"export_seconds_{name}" in setup},
+              "export_seconds": setup["export_seconds"],
               "convert_seconds": setup.get("convert_seconds")}
     result["order"] = run_rounds(entries, setup, encoders, references)
     for entry in entries.values():

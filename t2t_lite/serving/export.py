@@ -15,13 +15,14 @@ A request is translated as one batch (t2t's serving input also batched whatever 
 sent); the decoder's batch_size does not apply.
 
 XLA: by default the search is not XLA-compiled in the SavedModel, because TensorFlow Serving
-runs XLA on CPU only when started with --xla_cpu_compilation_enabled=true (and without XLA the
-search is as fast on a CPU); the exporter's `jit_compile` replaces decode_hparams.jit_compile
-(the decoder's XLA switch). `jit_compile=True` compiles the search (not the string ops, which
-XLA cannot compile) for servers that have XLA. Single ops of the tf2xla family ("Xla*", e.g.
-the XlaDynamicUpdateSlice that Keras' `ops.slice_update` becomes) also need XLA to run; the
-search avoids them (its caches grow by concatenation, or with XLA are written with masks), and
-`ops_needing_xla` lists any that appear, with a warning at export.
+runs XLA on CPU only when started with --xla_cpu_compilation_enabled=true, and without XLA the
+search is faster on a CPU (benchmarks/decode_speed.py --compare). The exporter's `jit_compile`
+replaces decode_hparams.jit_compile (the decoder's XLA switch). `jit_compile=True` compiles the
+search (not the string ops, which XLA cannot compile) for servers that have XLA. Single ops of
+the tf2xla family ("Xla*", e.g. the XlaDynamicUpdateSlice that Keras' `ops.slice_update`
+becomes) also need XLA to run; the search avoids them (its caches grow by concatenation, or
+with XLA are written with masks), and `ops_needing_xla` lists any that appear, with a warning
+at export.
 
 Loading a SavedModel of a SentencePiece problem needs tensorflow-text's ops registered:
 `import tensorflow_text` in Python; TensorFlow Serving's model server links a (pinned) version
