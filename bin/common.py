@@ -35,8 +35,7 @@ with _native_stderr_silenced():
 from absl import app, flags, logging  # noqa: E402
 
 from t2t_lite import registry  # noqa: E402
-from t2t_lite.hparams_lib import HParamsError  # noqa: E402
-from t2t_lite.registry import RegistryError  # noqa: E402
+from t2t_lite.errors import FlagError, UserError  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -81,10 +80,10 @@ def trained_run_from_flags():
     run = saved_run(FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
-        raise ValueError("--problem is required (no hparams.json in --output_dir)")
+        raise FlagError("--problem is required (no hparams.json in --output_dir)")
     hparams = hparams_from_flags() if FLAGS.hparams_set else run.get("hparams")
     if hparams is None:
-        raise ValueError("--hparams_set is required (no hparams.json in --output_dir)")
+        raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
     return problem, run.get("model", FLAGS.model), hparams
 
 
@@ -95,18 +94,15 @@ def decode_hparams_from_flags():
     return DecodeHParams(**parse_overrides(FLAGS.decode_hparams, DecodeHParams()))
 
 
-USER_ERRORS = (RegistryError, HParamsError, ValueError, FileNotFoundError, OSError,
-               FloatingPointError)
-
-
 def run_main(main):
-    """absl's app.run, with user errors reported as `error: ...` and exit status 2."""
+    """absl's app.run, with errors the user can fix (t2t_lite.errors.UserError) reported as one
+    `error: ...` line and exit status 2; any other exception is a bug and keeps its traceback."""
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()
         try:
             return main(argv)
-        except USER_ERRORS as error:
+        except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
     app.run(guarded)

@@ -32,7 +32,7 @@ def file_pair(split):
     source, target = FLAGS[f"{split}_source"].value, FLAGS[f"{split}_target"].value
     if (source is None) != (target is None):
         given, missing = ("source", "target") if target is None else ("target", "source")
-        raise ValueError(f"--{split}_{given} needs --{split}_{missing} too")
+        raise common.FlagError(f"--{split}_{given} needs --{split}_{missing} too")
     return (source, target) if source is not None else None
 
 
@@ -41,8 +41,8 @@ def main(argv):
     given = [name for name in FILE_PROBLEM_FLAGS if FLAGS[name].value is not None]
     if not hasattr(problem, "configure"):
         if given:
-            raise ValueError(f"--{given[0]} is only for problems read from your own files "
-                             f"(translate_text_files), not for {FLAGS.problem}")
+            raise common.FlagError(f"--{given[0]} is only for problems read from your own "
+                                   f"files (translate_text_files), not for {FLAGS.problem}")
     elif given:
         problem.configure(*(file_pair(split) for split in SPLITS_WITH_FILES),
                           source_language=FLAGS.source_language,

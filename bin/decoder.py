@@ -30,7 +30,7 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 def main(argv):
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
-        raise ValueError("--attention_dir needs --decode_from_file and --decode_to_file (it "
+        raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file (it "
                          "draws the first input lines with their translations)")
     problem, model_name, hparams = common.trained_run_from_flags()
     decode_hparams = common.decode_hparams_from_flags()

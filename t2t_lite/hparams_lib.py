@@ -9,6 +9,8 @@ import difflib
 import typing
 from typing import Tuple
 
+from t2t_lite.errors import UserError
+
 LEARNING_RATE_FACTORS = (
     "constant",            # learning_rate_constant
     "linear_warmup",       # min(1, step / warmup)
@@ -22,7 +24,7 @@ MIXED_PRECISION = ("float32", "bfloat16", "float16")
 LENGTH_BUCKETING = ("auto", "longer", "each")
 
 
-class HParamsError(ValueError):
+class HParamsError(UserError, ValueError):
     """A bad hyperparameter name, value or override string."""
 
 

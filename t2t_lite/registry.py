@@ -7,6 +7,8 @@ with a flag. The built-in ones live in the packages `t2t_lite.problems` and `t2t
 import difflib
 import importlib
 
+from t2t_lite.errors import UserError
+
 BUILT_IN_PACKAGES = ("t2t_lite.problems", "t2t_lite.hparams", "t2t_lite.models")
 
 _PROBLEMS = {}
@@ -15,7 +17,7 @@ _HPARAMS = {}
 _built_ins_loaded = False
 
 
-class RegistryError(KeyError):
+class RegistryError(UserError, KeyError):
     """An unknown or duplicate name; the message lists what is registered."""
 
     def __str__(self):

@@ -16,6 +16,7 @@ from absl import logging
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.errors import UserError
 from t2t_lite.hparams_lib import HParams
 
 TRAIN, DEV, TEST = "train", "dev", "test"
@@ -28,7 +29,7 @@ class Split:
     shards: int
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Data files that are missing, mismatched or malformed; the message names them."""
 
 

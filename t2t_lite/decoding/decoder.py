@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import DecodeHParams, search
 from t2t_lite.hparams_lib import HParams
@@ -187,7 +188,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
         return None
     references = read_lines(reference)
     if len(references) != len(lines):
-        raise ValueError(f"{reference} has {len(references)} lines but {decode_from} has "
+        raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                          f"{len(lines)}")
     scores = score(outputs, references)
     logging.info("exact match %.2f%% (%d sentences); %s", 100 * scores["exact_match"],

@@ -38,13 +38,14 @@ from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import search
+from t2t_lite.errors import UserError
 from t2t_lite.training import checkpoints, trainer
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
 TEMPORARY_SUFFIX = ".tmp"
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """The export folder exists and is not empty (and overwriting was not asked for)."""
 
 

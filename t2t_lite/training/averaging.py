@@ -37,7 +37,7 @@ def last_checkpoints(output_dir: str, num_last: int) -> list:
     """The last `num_last` checkpoints the trainer's CheckpointManager lists in output_dir,
     oldest first."""
     if num_last < 1:
-        raise ValueError(f"the number of checkpoints to average must be at least 1, not "
+        raise CheckpointError(f"the number of checkpoints to average must be at least 1, not "
                          f"{num_last}")
     state = tf.train.get_checkpoint_state(output_dir)
     paths = list(state.all_model_checkpoint_paths) if state else []

@@ -8,10 +8,12 @@ between a checkpoint and the model easy to name.
 """
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
+
 CHECKPOINT_NAME = "model.ckpt"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """No checkpoint, or one that does not fit the model the hparams describe."""
 
 

@@ -17,8 +17,10 @@ import tempfile
 
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
 
-class DistributionError(ValueError):
+
+class DistributionError(UserError, ValueError):
     """A device list or TF_CONFIG that cannot make a strategy."""
 
 

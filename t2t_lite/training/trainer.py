@@ -18,6 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.errors import UserError
 from t2t_lite.training import checkpoints, distribution
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
@@ -93,7 +94,7 @@ def build_model(model_name: str, hparams, vocab_size: int):
     return model
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(UserError, FloatingPointError):
     """Training produced a NaN or infinite loss."""
 
 
