@@ -12,13 +12,18 @@ The files, the languages and the vocabulary size come from datagen's flags:
 Datagen records them in `D/translate_text_files.json`. The trainer and the decoder create the
 problem by name without them: the vocabulary has a fixed name in D, so they find it all the same.
 Running datagen again into D with other files or settings is an error rather than a mix of old
-and new data.
+and new data, once data was generated there; until then (a first run that failed on a file) the
+record is replaced, so the corrected command runs.
 """
 import dataclasses
+import glob
 import json
 import os
 
+from absl import logging
+
 from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
+from t2t_lite.data.records import INCOMPLETE_SUFFIX
 from t2t_lite.data.text_files import read_parallel
 from t2t_lite.data.text_problem import Text2TextProblem
 from t2t_lite.registry import register_problem
@@ -99,27 +104,67 @@ class TranslateTextFiles(Text2TextProblem):
         """Reads every pair once before any work, so that a missing file, different line counts
         or invalid UTF-8 in dev or test end datagen before the long training split rather than
         after it (and in train, as a DataError: raised inside SentencePiece's trainer it would
-        come out as a RuntimeError)."""
-        for pair in config.pairs().values():
-            for _ in read_parallel(*pair):
-                pass
+        come out as a RuntimeError). Train and dev need a pair with text on both sides: an
+        empty training file would stop SentencePiece with "[!sentences_.empty()]"."""
+        for name, pair in config.pairs().items():
+            usable = sum(1 for sample in read_parallel(*pair)
+                         if sample["inputs"].strip() and sample["targets"].strip())
+            if not usable and name in (TRAIN, DEV):
+                raise DataError(f"{pair[0]} and {pair[1]} hold no sentence pair (every line is "
+                                f"empty on one side or both): the {name} split needs at least "
+                                f"one; pass other files with --{name}_source and "
+                                f"--{name}_target")
 
     def _record_config(self, data_dir: str, config: FilesConfig):
+        """Records the settings, or checks them against the record when data_dir already
+        holds data generated with it. A record without data (the first run failed before the
+        vocabulary) is replaced."""
         path = self.config_path(data_dir)
         settings = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists
         if os.path.exists(path):
             with open(path, encoding="utf-8") as handle:
                 recorded = json.load(handle)
             changed = sorted(key for key in settings if recorded.get(key) != settings[key])
-            if changed:
+            if not changed:
+                return
+            generated = self.generated_files(data_dir)
+            if generated:
                 raise DataError(f"{data_dir} holds {self.name} data generated with other "
-                                f"{', '.join(changed)} (see {path}): use another --data_dir, or "
-                                f"empty this one to start again")
-            return
+                                f"{', '.join(changed)} (see {path}; {generated[0]} is from "
+                                f"them): use another --data_dir, or empty this one to start "
+                                f"again")
+            logging.info("%s: no data was generated with the recorded settings, replaced "
+                         "(other %s)", path, ", ".join(changed))
         os.makedirs(data_dir, exist_ok=True)
-        with open(path + ".incomplete", "w", encoding="utf-8") as handle:
+        with open(path + INCOMPLETE_SUFFIX, "w", encoding="utf-8") as handle:
             json.dump(settings, handle, indent=2)
-        os.replace(path + ".incomplete", path)
+        os.replace(path + INCOMPLETE_SUFFIX, path)
+
+    def generated_files(self, data_dir: str) -> list:
+        """What datagen made from the recorded files and is still in data_dir: the
+        vocabulary, shards, manifests and text splits (not the leftovers of interrupted
+        writes, which the next run removes)."""
+        vocabulary = self.vocab_path(data_dir)
+        made = glob.glob(os.path.join(glob.escape(data_dir), f"{self.name}-*"))
+        return ([vocabulary] if os.path.exists(vocabulary) else []) + sorted(
+            path for path in made if not path.endswith(INCOMPLETE_SUFFIX))
+
+    def datagen_command(self, data_dir: str) -> str:
+        """With the file flags datagen recorded in data_dir, when it did."""
+        command = super().datagen_command(data_dir)
+        try:
+            with open(self.config_path(data_dir), encoding="utf-8") as handle:
+                recorded = json.load(handle)
+        except (OSError, ValueError):
+            return command + " --train_source=... (the flags of your first run)"
+        for name in (TRAIN, DEV, TEST):
+            if recorded.get(name):
+                source, target = recorded[name]
+                command += f" --{name}_source={source} --{name}_target={target}"
+        for flag in ("source_language", "target_language", "approx_vocab_size"):
+            if recorded.get(flag) is not None:
+                command += f" --{flag}={recorded[flag]}"
+        return command
 
     def generate_samples(self, data_dir: str, tmp_dir: str, split: str):
         pairs = self._configured().pairs()

@@ -2,9 +2,10 @@
 
 A Problem subclass says where its samples come from (`generate_samples`, strings) and how text
 becomes ids (`feature_encoders`); the base class does the rest of t2t's lifecycle: encode, append
-EOS, write sharded TFRecords atomically (`generate_data`), and read them back as length-bucketed
-token batches (`dataset`). Splits that are decoded and scored rather than trained on (the test
-split) are also written as plain text, one sentence a line, for the decoder.
+EOS, write sharded TFRecords atomically with a manifest per split (`generate_data`), check them
+against it (`check_data`), and read them back as length-bucketed token batches (`dataset`).
+Splits that are decoded and scored rather than trained on (the test split) are also written as
+plain text, one sentence a line, for the decoder.
 """
 import dataclasses
 import itertools
@@ -61,6 +62,14 @@ class Problem:
     def filepattern(self, data_dir: str, split_name: str) -> str:
         return os.path.join(data_dir, f"{self.name}-{split_name}-*-of-*")
 
+    def manifest_path(self, data_dir: str, split_name: str) -> str:
+        """The split's manifest, written by datagen after its shards (P-train.manifest.json)."""
+        return records.manifest_path(data_dir, f"{self.name}-{split_name}")
+
+    def datagen_command(self, data_dir: str) -> str:
+        """The command that (re)generates data_dir, for error messages."""
+        return f"t2t_lite-datagen --problem={self.name} --data_dir={data_dir} --tmp_dir=TMP_DIR"
+
     def text_paths(self, data_dir: str, split_name: str) -> dict:
         """The plain-text copy of a split: {"inputs": path, "targets": path}."""
         return {feature: os.path.join(data_dir, f"{self.name}-{split_name}.{feature}.txt")
@@ -102,16 +111,29 @@ class Problem:
         return written
 
     def _write_records(self, data_dir, tmp_dir, split, encoders):
+        """Keeps a split whose shards are the ones its manifest lists, whole and unchanged
+        (`split_fault`); otherwise removes whatever an earlier run left of it and writes it
+        again. t2t kept any split whose shard files existed, truncated or not."""
         paths = self.filepaths(data_dir, split)
-        if records.all_exist(paths):
-            logging.info("%s: %d shards already complete, kept", split.name, len(paths))
-            return None
-        records.remove_incomplete(data_dir, f"{self.name}-{split.name}")
+        manifest = self.manifest_path(data_dir, split.name)
+        if os.path.exists(manifest):
+            fault = self.split_fault(data_dir, split.name)
+            if fault is None and records.manifest_shards(manifest) != paths:
+                fault = f"{manifest} lists other shards than the {len(paths)} it needs now"
+            if fault is None:
+                logging.info("%s: %d shards already complete (verified against %s), kept",
+                             split.name, len(paths), manifest)
+                return None
+            logging.info("%s: written again: %s", split.name, fault)
+        elif records.all_exist(paths):
+            logging.info("%s: written again: its shards have no manifest %s to verify them",
+                         split.name, manifest)
+        records.remove_split(data_dir, f"{self.name}-{split.name}")
         stats = SplitStats()
         samples = self.generate_samples(data_dir, tmp_dir, split.name)
         with progress_bar(f"{self.name} {split.name}") as bar:
             records.write_shards(self.encode_samples(samples, encoders, stats), paths,
-                                 on_example=lambda n: bar.update(1))
+                                 on_example=lambda n: bar.update(1), manifest=manifest)
         return stats
 
     def _write_text(self, data_dir, tmp_dir, split):
@@ -148,6 +170,63 @@ class Problem:
                          f"{100 * fraction:.1f}%")
         logging.info("\n".join(lines))
 
+    # --- Checking ----------------------------------------------------------------------------
+
+    def check_data(self, data_dir: str, split_names=(TRAIN, DEV), checksums: bool = True):
+        """Checks each split's shards against its manifest before any work (`split_fault`):
+        the first fault is one DataError naming the file and the datagen command to rerun.
+        Data written before manifests existed is read with a warning. Hashing streams every
+        shard (a few hundred MB/s); checksums=False compares sizes only."""
+        for split_name in split_names:
+            pattern = self.filepattern(data_dir, split_name)
+            manifest = self.manifest_path(data_dir, split_name)
+            if not tf.io.gfile.exists(manifest):
+                if not tf.io.gfile.glob(pattern):
+                    raise DataError(f"no {split_name} data matches {pattern}: run "
+                                    f"{self.datagen_command(data_dir)} first")
+                _warn_unverified(manifest, self.datagen_command(data_dir))
+                continue
+            fault = self.split_fault(data_dir, split_name, checksums)
+            if fault:
+                raise DataError(f"{fault}: the {split_name} data in {data_dir} is incomplete or "
+                                f"damaged; rerun {self.datagen_command(data_dir)}, which "
+                                f"writes this split again")
+
+    def split_fault(self, data_dir: str, split_name: str, checksums: bool = True) -> str:
+        """None when the split has a manifest and its shards are the ones it lists, with their
+        sizes and (with `checksums`) sha256; else what is wrong, naming the file: a missing,
+        truncated or changed shard, a damaged manifest, or a shard it does not list."""
+        manifest = self.manifest_path(data_dir, split_name)
+        if not tf.io.gfile.exists(manifest):
+            return f"there is no manifest {manifest}"
+        fault = records.verify_manifest(manifest, checksums=checksums)
+        if fault:
+            return fault
+        pattern = self.filepattern(data_dir, split_name)
+        stray = sorted(set(tf.io.gfile.glob(pattern)) - set(records.manifest_shards(manifest)))
+        if stray:
+            return (f"{stray[0]} is not one of the shards that {manifest} lists (a leftover of "
+                    f"another datagen)")
+        return None
+
+    def corrupt_data_error(self, data_dir: str, split_names=(TRAIN, DEV),
+                           cause: Exception = None) -> "DataError":
+        """The DataError to raise for a tf.errors.DataLossError met while reading (TensorFlow's
+        "corrupted record at N" names no file): it names the first shard of `split_names` that
+        cannot be read to its end, found by reading them all, and the datagen command."""
+        for split_name in split_names:
+            paths = sorted(tf.io.gfile.glob(self.filepattern(data_dir, split_name)))
+            found = records.find_corrupt_shard(paths)
+            if found:
+                path, message = found
+                return DataError(f"the shard {path} is damaged ({message}): rerun "
+                                 f"{self.datagen_command(data_dir)}, which writes the "
+                                 f"{split_name} split again")
+        reason = f" ({records.plain_message(cause)})" if cause is not None else ""
+        return DataError(f"reading the data in {data_dir} failed{reason}, but every shard of "
+                         f"{', '.join(split_names)} reads back whole now: if the folder is on a "
+                         f"network file system, check it; else rerun "
+                         f"{self.datagen_command(data_dir)}")
 
     # --- Reading -----------------------------------------------------------------------------
 
@@ -155,15 +234,27 @@ class Problem:
                 shuffle_files: bool = None, repeat: bool = None,
                 num_replicas: int = 1, seed: int = None) -> tf.data.Dataset:
         """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0), of
-        about hparams.batch_size tokens for each of `num_replicas` replicas."""
+        about hparams.batch_size tokens for each of `num_replicas` replicas. The shards are
+        checked against the manifest's sizes first (missing or truncated shards); `check_data`
+        compares their checksums too."""
+        self.check_data(data_dir, [split_name], checksums=False)
         pattern = self.filepattern(data_dir, split_name)
-        if not tf.io.gfile.glob(pattern):
-            raise DataError(f"no {split_name} data matches {pattern}: run t2t_lite-datagen "
-                            f"--problem={self.name} --data_dir={data_dir} first")
         return pipeline.batched_dataset(pattern, hparams, training=training,
                                         shuffle_files=training if shuffle_files is None
                                         else shuffle_files, repeat=repeat,
                                         num_replicas=num_replicas, seed=seed)
+
+
+_warned_unverified = set()
+
+
+def _warn_unverified(manifest: str, command: str):
+    """Once per manifest path: data from before manifests is read as it is."""
+    if manifest not in _warned_unverified:
+        _warned_unverified.add(manifest)
+        logging.warning("no manifest %s: the shards cannot be verified (datagen wrote them "
+                        "before it wrote manifests); rerun %s to write them with one",
+                        manifest, command)
 
 
 @dataclasses.dataclass

@@ -1,17 +1,34 @@
-"""Sharded TFRecord files of int64 id features, written atomically.
+"""Sharded TFRecord files of int64 id features, written atomically and listed in a manifest.
 
 A shard is written under a temporary name and renamed only when complete, so an interrupted
 datagen never leaves a file that looks finished (tensor2tensor wrote in place and users found
 truncated shards after a crash). Examples go round-robin over the shards as they stream in, and
 each shard is then shuffled before it is renamed, as t2t's `generate_files` + `shuffle_dataset`
 did.
+
+When every shard is renamed, a manifest (`{prefix}.manifest.json`) is written last, also
+atomically: each shard's name, record count, size and sha256. t2t had none, so a shard that was
+truncated, replaced or damaged after datagen was found by a DataLossError in the middle of
+training that named no file, or not at all (a shard cut at a record's end, a lost shard);
+`verify_manifest` finds it before training starts.
+
+The same examples give the same bytes in every run: Example protos are serialized with sorted
+feature names (protobuf's map order otherwise changes from one process to the next) and the
+shuffle is seeded.
 """
+import hashlib
+import json
 import os
 import random
+import re
 
 import tensorflow as tf
 
 INCOMPLETE_SUFFIX = ".incomplete"
+MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_FORMAT = 1
+HASH_CHUNK_BYTES = 1 << 20
+SHARD_FIELDS = ("name", "records", "bytes", "sha256")
 
 
 def shard_paths(data_dir: str, prefix: str, num_shards: int) -> list:
@@ -21,9 +38,13 @@ def shard_paths(data_dir: str, prefix: str, num_shards: int) -> list:
 
 
 def to_example(features: dict) -> bytes:
+    """A serialized tf.train.Example of int64 lists. `deterministic=True` writes the feature map
+    in sorted key order; without it the order follows protobuf's hash seed, which differs
+    between processes, so two datagen runs wrote different bytes for the same examples."""
     feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
                for name, ids in features.items()}
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
 
 
 def shard_of(index: int, num_shards: int) -> int:
@@ -32,8 +53,10 @@ def shard_of(index: int, num_shards: int) -> int:
     return (index + index // num_shards) % num_shards
 
 
-def write_shards(examples, paths: list, seed: int = 0, on_example=None) -> int:
+def write_shards(examples, paths: list, seed: int = 0, on_example=None,
+                 manifest: str = None) -> int:
     """Streams `examples` (dicts of id lists) round-robin into `paths`; returns how many.
+    With `manifest` (a path), the manifest of the shards is written once they are all complete.
 
     Only one shard is ever held in memory: the shuffle of a shard reads it back after the
     streaming pass, as t2t's `shuffle_dataset` did.
@@ -50,6 +73,7 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None) -> int:
         for writer in writers:
             writer.close()
     rng = random.Random(seed)
+    shard_records = []
     for source, path in zip(unshuffled, paths):
         records = [record for batch in tf.data.TFRecordDataset(source).batch(4096)
                    .as_numpy_iterator() for record in batch]
@@ -60,11 +84,121 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None) -> int:
                 writer.write(record)
         os.replace(temporary, path)
         os.remove(source)
+        shard_records.append(len(records))
+    if manifest:
+        write_manifest(manifest, paths, shard_records)
     return count
+
+
+# --- Manifests -----------------------------------------------------------------------------
+
+def manifest_path(data_dir: str, prefix: str) -> str:
+    """{prefix}.manifest.json: outside the shards' pattern {prefix}-*-of-*."""
+    return os.path.join(data_dir, prefix + MANIFEST_SUFFIX)
+
+
+def file_sha256(path: str) -> str:
+    """The file's sha256, read in 1 MB chunks (a few hundred MB/s)."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(path: str, paths: list, record_counts: list):
+    """Writes the manifest of the complete shards `paths` atomically."""
+    shards = [{"name": os.path.basename(shard), "records": records,
+               "bytes": os.path.getsize(shard), "sha256": file_sha256(shard)}
+              for shard, records in zip(paths, record_counts)]
+    manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards}
+    with open(path + INCOMPLETE_SUFFIX, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.write("\n")
+    os.replace(path + INCOMPLETE_SUFFIX, path)
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest at `path`: {"format", "records", "shards": [{"name", "records", "bytes",
+    "sha256"}, ...]}; ValueError naming it when it is damaged."""
+    with tf.io.gfile.GFile(path, "r") as handle:
+        text = handle.read()
+    try:
+        manifest = json.loads(text)
+        well_formed = (manifest["format"] == MANIFEST_FORMAT and manifest["shards"] and
+                       all(set(SHARD_FIELDS) <= set(shard) for shard in manifest["shards"]))
+    except (ValueError, KeyError, TypeError):
+        well_formed = False
+    if not well_formed:
+        raise ValueError(f"the manifest {path} is damaged (it is not the JSON list of shards "
+                         f"that datagen writes)")
+    return manifest
+
+
+def manifest_shards(path: str) -> list:
+    """The paths of the shards the manifest lists (beside it)."""
+    folder = os.path.dirname(path)
+    return [os.path.join(folder, shard["name"]) for shard in read_manifest(path)["shards"]]
+
+
+def verify_manifest(path: str, checksums: bool = True) -> str:
+    """None when every shard the manifest at `path` lists is there with its recorded size and,
+    with `checksums`, sha256; else what is wrong with the first shard that is not, naming it.
+    Sizes alone (checksums=False) catch a missing or truncated shard without reading it."""
+    try:
+        manifest = read_manifest(path)
+    except ValueError as error:
+        return str(error)
+    folder = os.path.dirname(path)
+    for shard in manifest["shards"]:
+        shard_path = os.path.join(folder, shard["name"])
+        if not tf.io.gfile.exists(shard_path):
+            return f"the shard {shard_path} is missing"
+        size = tf.io.gfile.stat(shard_path).length
+        if size != shard["bytes"]:
+            return (f"the shard {shard_path} has {size} bytes, not the {shard['bytes']} "
+                    f"that datagen wrote ({'truncated' if size < shard['bytes'] else 'changed'})")
+        if checksums and file_sha256(shard_path) != shard["sha256"]:
+            return (f"the shard {shard_path} changed since datagen wrote it (its sha256 differs "
+                    f"from the one in {path})")
+    return None
+
+
+def find_corrupt_shard(paths: list) -> tuple:
+    """(path, TensorFlow's message) of the first shard in `paths` that cannot be read to its
+    end (a missing file, a bad length or checksum of a record), or None when all can. Reads
+    every record, so it is the check to run after a DataLossError, not before every run."""
+    for path in paths:
+        try:
+            for _ in tf.data.TFRecordDataset(path).batch(4096):
+                pass
+        except tf.errors.OpError as error:  # DataLossError, NotFoundError, ...
+            return path, plain_message(error)
+    return None
+
+
+def plain_message(error) -> str:
+    """TensorFlow's message without the op's wrapping: "corrupted record at 1085" rather than
+    "{{function_node __wrapped__IteratorGetNext...}} corrupted record at 1085 [Op:...] name: "."""
+    message = getattr(error, "message", None) or str(error)
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.DOTALL).strip()
 
 
 def all_exist(paths: list) -> bool:
     return all(os.path.exists(path) for path in paths)
+
+
+def remove_split(data_dir: str, prefix: str):
+    """Deletes the manifest and every shard of `prefix` ({prefix}-*-of-*), whatever their
+    number: what an earlier datagen left before this one writes the split again."""
+    os.makedirs(data_dir, exist_ok=True)
+    manifest = manifest_path(data_dir, prefix)
+    if os.path.exists(manifest):
+        os.remove(manifest)
+    for path in tf.io.gfile.glob(os.path.join(data_dir, f"{prefix}-*-of-*")):
+        os.remove(path)
+    remove_incomplete(data_dir, prefix)
 
 
 def remove_incomplete(data_dir: str, prefix: str):

@@ -41,6 +41,11 @@ class Text2TextProblem(Problem):
         samples = self.generate_samples(data_dir, tmp_dir, TRAIN)
         sentences = (text for sample in samples for text in (sample["inputs"], sample["targets"])
                      if text.strip())
+        first = next(sentences, None)
+        if first is None:  # SentencePiece's trainer would stop with "[!sentences_.empty()]"
+            raise DataError(f"the {TRAIN} split of {self.name} has no sentence to train the "
+                            f"vocabulary on: every line is empty")
+        sentences = itertools.chain([first], sentences)
         logging.info("training a %s vocabulary of about %d pieces", self.vocab_type,
                      self.approx_vocab_size)
         SentencePieceVocabulary.train(

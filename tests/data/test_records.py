@@ -1,4 +1,7 @@
+import hashlib
+import json
 import os
+import re
 
 import tensorflow as tf
 
@@ -47,3 +50,82 @@ def test_alternating_kinds_of_lines_reach_every_shard():
         indices = [i for i, s in enumerate(shards) if s == shard]
         assert len(indices) == 100
         assert sum(i % 2 for i in indices) == 50
+
+
+def test_examples_serialize_with_sorted_feature_names():
+    # protobuf writes a map in its hash order, which changes from one process to the next;
+    # with ten names that order is almost never the sorted one.
+    names = [f"feature{i}" for i in (3, 9, 0, 7, 1, 8, 2, 6, 4, 5)]
+    serialized = records.to_example({name: [1] for name in names})
+    positions = [serialized.index(f"feature{i}".encode()) for i in range(10)]
+    assert positions == sorted(positions)
+
+
+def write_with_manifest(tmp_path, count=40, shards=3):
+    paths = records.shard_paths(str(tmp_path), "p-train", shards)
+    manifest = records.manifest_path(str(tmp_path), "p-train")
+    examples = ({"inputs": [i + 2] * (i % 7 + 1), "targets": [i + 2, 1]} for i in range(count))
+    records.write_shards(examples, paths, manifest=manifest)
+    return paths, manifest
+
+
+def test_the_manifest_lists_each_shard_with_its_records_size_and_sha256(tmp_path):
+    paths, manifest = write_with_manifest(tmp_path)
+    assert os.path.basename(manifest) == "p-train.manifest.json"
+    with open(manifest, encoding="utf-8") as handle:
+        written = json.load(handle)
+    assert written["records"] == 40
+    assert [shard["name"] for shard in written["shards"]] == [os.path.basename(p) for p in paths]
+    for shard, path in zip(written["shards"], paths):
+        assert shard["records"] == sum(1 for _ in tf.data.TFRecordDataset(path))
+        assert shard["bytes"] == os.path.getsize(path)
+        assert shard["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert records.manifest_shards(manifest) == paths
+    assert records.verify_manifest(manifest) is None
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".incomplete")]
+
+
+def test_verify_manifest_names_a_truncated_changed_or_missing_shard(tmp_path):
+    paths, manifest = write_with_manifest(tmp_path)
+    content = open(paths[1], "rb").read()
+    with open(paths[1], "wb") as handle:
+        handle.write(content[:-5])
+    for checksums in (False, True):  # sizes alone catch a truncation
+        fault = records.verify_manifest(manifest, checksums=checksums)
+        assert fault == (f"the shard {paths[1]} has {len(content) - 5} bytes, not the "
+                         f"{len(content)} that datagen wrote (truncated)")
+    changed = bytearray(content)
+    changed[len(content) // 2] ^= 0xFF
+    with open(paths[1], "wb") as handle:
+        handle.write(bytes(changed))
+    assert records.verify_manifest(manifest, checksums=False) is None  # same size
+    assert records.verify_manifest(manifest) == (
+        f"the shard {paths[1]} changed since datagen wrote it (its sha256 differs from the one "
+        f"in {manifest})")
+    os.remove(paths[2])
+    with open(paths[1], "wb") as handle:
+        handle.write(content)
+    assert records.verify_manifest(manifest) == f"the shard {paths[2]} is missing"
+    with open(manifest, "r+", encoding="utf-8") as handle:
+        handle.truncate(30)
+    assert records.verify_manifest(manifest).startswith(f"the manifest {manifest} is damaged")
+
+
+def test_find_corrupt_shard_names_the_first_shard_that_does_not_read(tmp_path):
+    paths, _ = write_with_manifest(tmp_path)
+    assert records.find_corrupt_shard(paths) is None
+    damaged = bytearray(open(paths[1], "rb").read())
+    damaged[len(damaged) // 2] ^= 0xFF
+    with open(paths[1], "wb") as handle:
+        handle.write(bytes(damaged))
+    path, message = records.find_corrupt_shard(paths)
+    assert path == paths[1]
+    assert re.fullmatch(r"corrupted record at \d+", message), message
+
+
+def test_remove_split_removes_shards_of_any_count_and_the_manifest(tmp_path):
+    write_with_manifest(tmp_path, shards=3)
+    (tmp_path / "p-train-00000-of-00007").write_bytes(b"stale")
+    (tmp_path / "p-dev-00000-of-00001").write_bytes(b"another split")
+    records.remove_split(str(tmp_path), "p-train")
+    assert os.listdir(tmp_path) == ["p-dev-00000-of-00001"]

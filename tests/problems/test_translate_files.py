@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -94,6 +95,25 @@ def test_trainer_finds_the_vocabulary_without_flags(generated):
     assert recorded["train"] == [os.path.abspath(path) for path in train]
 
 
+def test_a_damaged_shard_names_the_rerun_with_the_recorded_flags(generated, tmp_path):
+    data_dir, _, (train, dev, test) = generated
+    damaged = str(tmp_path / "data")
+    shutil.copytree(data_dir, damaged)
+    problem = registry.problem("translate_text_files")
+    shard = problem.filepaths(damaged, problem.dataset_splits()[0])[0]
+    with open(shard, "r+b") as handle:
+        handle.truncate(10)
+    command = (f"t2t_lite-datagen --problem=translate_text_files --data_dir={damaged} "
+               f"--tmp_dir=TMP_DIR --train_source={train[0]} --train_target={train[1]} "
+               f"--dev_source={dev[0]} --dev_target={dev[1]} --test_source={test[0]} "
+               f"--test_target={test[1]} --source_language=en --target_language=de "
+               f"--approx_vocab_size=100")
+    with pytest.raises(DataError) as raised:
+        problem.check_data(damaged)
+    assert str(raised.value).startswith(f"the shard {shard} has 10 bytes")
+    assert f"rerun {command}, which writes this split again" in str(raised.value)
+
+
 def test_file_flags_for_another_problem_are_an_error(tmp_path):
     output = datagen("--problem=algorithmic_copy", f"--data_dir={tmp_path}/data",
                      f"--tmp_dir={tmp_path}/tmp", "--source_language=en", expect_failure=True)
@@ -153,3 +173,31 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
         handle.writelines(lines)
     with pytest.raises(DataError, match=f"{target}.gz, line 42: invalid UTF-8"):
         generate(configured(tmp_path, (source, target + ".gz")), tmp_path)
+
+
+def test_an_empty_training_file_is_named_before_the_vocabulary_and_blocks_no_rerun(tmp_path):
+    empty = (write_lines(tmp_path / "empty.en", []), write_lines(tmp_path / "empty.de", []))
+    with pytest.raises(DataError, match=f"{empty[0]} and {empty[1]} hold no sentence pair .*"
+                                        f"the train split needs at least one"):
+        generate(configured(tmp_path, empty), tmp_path)
+    assert not os.path.exists(tmp_path / "data" / "translate_text_files.json")
+    train = write_pair(tmp_path, "train", 40, seed=1)
+    generate(configured(tmp_path, train), tmp_path)  # the corrected command runs
+    with open(tmp_path / "data" / "translate_text_files.json", encoding="utf-8") as handle:
+        assert json.load(handle)["train"] == list(train)
+
+
+def test_a_record_left_by_a_run_that_generated_nothing_is_replaced(tmp_path):
+    # A run that failed after recording its files, before the vocabulary (say, in SentencePiece)
+    old = write_pair(tmp_path, "old", 40, seed=4)
+    problem = configured(tmp_path, old)
+    problem._record_config(str(tmp_path / "data"), problem.config)
+    train = write_pair(tmp_path, "train", 40, seed=1)
+    generate(configured(tmp_path, train), tmp_path)
+    with open(tmp_path / "data" / "translate_text_files.json", encoding="utf-8") as handle:
+        assert json.load(handle)["train"] == list(train)
+    other = registry.problem("translate_text_files").configure(old, problem.config.dev,
+                                                               vocab_size=100)
+    with pytest.raises(DataError, match="generated with other train .*vocab.translate_text_"
+                                        "files.bpe.model is from them"):
+        generate(other, tmp_path)  # now there is data from the recorded files
