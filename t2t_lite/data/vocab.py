@@ -4,11 +4,16 @@ Ids 0 and 1 are reserved for PAD and EOS in every vocabulary, as in tensor2tenso
 """
 import io
 import os
+import random
 
 import sentencepiece
+
 PAD_ID = 0
 EOS_ID = 1
 NUM_RESERVED_IDS = 2
+# Which training sentences are sampled when there are more than max_sentences: fixed, so that
+# the same corpus gives a byte-identical model in every datagen run.
+SAMPLE_SEED = 1
 # With byte fallback a character never seen in training is spelled as UTF-8 bytes instead of
 # becoming "⁇"; the 256 byte pieces are only affordable in vocabularies of this size and above.
 BYTE_FALLBACK_MIN_VOCAB = 1024
@@ -51,18 +56,30 @@ class SymbolVocabulary:
         """A string tensor [batch] -> int32 RaggedTensor of ids [batch, (length)]; a token that
         is not a symbol fails the graph with the message `encode` raises."""
         import tensorflow as tf
+        tokens, ids, valid = self._symbols_in_graph(texts)
+        check = tf.debugging.Assert(
+            tf.reduce_all(valid.flat_values),
+            [f"not a symbol: expected integers 1 to {self.num_symbols} separated by spaces, "
+             "got", tf.boolean_mask(tokens.flat_values, ~valid.flat_values)[:1]])
+        with tf.control_dependencies([check]):
+            return ids.with_flat_values(tf.identity(ids.flat_values))
+
+    def encodable_in_graph(self, texts):
+        """bool [batch]: the strings encode_in_graph accepts (those encode does not raise
+        ValueError for)."""
+        import tensorflow as tf
+        return tf.reduce_all(self._symbols_in_graph(texts)[2], axis=1)
+
+    def _symbols_in_graph(self, texts):
+        """The split tokens, their ids and whether each is a symbol, RaggedTensors [batch, (n)]."""
+        import tensorflow as tf
         tokens = tf.strings.split(texts)
         is_number = tf.strings.regex_full_match(tokens.flat_values, "0*[0-9]{1,9}")
         # Non-numbers become 0 (invalid) rather than failing to_number with its own message.
         numbers = tf.strings.to_number(tf.where(is_number, tokens.flat_values, "0"), tf.int32)
         valid = is_number & (numbers >= 1) & (numbers <= self.num_symbols)
-        check = tf.debugging.Assert(
-            tf.reduce_all(valid),
-            [f"not a symbol: expected integers 1 to {self.num_symbols} separated by spaces, "
-             "got", tf.boolean_mask(tokens.flat_values, ~valid)[:1]])
-        with tf.control_dependencies([check]):
-            ids = numbers - 1 + NUM_RESERVED_IDS
-        return tokens.with_flat_values(ids)
+        return (tokens, tokens.with_flat_values(numbers - 1 + NUM_RESERVED_IDS),
+                tokens.with_flat_values(valid))
 
     def decode_in_graph(self, ids):
         """Ids [batch, length] (dense, cut at EOS and padded with 0, or ragged) -> strings."""
@@ -91,31 +108,28 @@ class SentencePieceVocabulary:
         self.model_path = model_path
         with open(model_path, "rb") as handle:
             self.model_proto = handle.read()
-        self.processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
+        self.processor = _load_processor(model_path, self.model_proto)
         self._tokenizer = None
 
     @classmethod
     def train(cls, sentences, model_path: str, vocab_size: int, model_type: str = "bpe",
               max_sentences: int = 1_000_000):
-        """Trains on an iterable of strings and writes `model_path` atomically."""
-        temporary = model_path + ".incomplete"
+        """Trains on an iterable of strings (at most `max_sentences` of them, sampled with a fixed
+        seed) and writes `model_path` atomically; the same sentences give the same bytes."""
+        # SentencePiece's own sampling (shuffle_input_sentence) draws another sample in every
+        # process, even after sentencepiece.set_random_generator_seed (0.2.3), so the sample is
+        # drawn here; an error of the sentences' reader is then raised here too, as itself.
+        sample = _reservoir_sample(sentences, max_sentences, random.Random(SAMPLE_SEED))
         model_writer = io.BytesIO()
-        reader = _RememberingIterator(sentences)
-        try:
-            sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=reader, model_writer=model_writer,
-                vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
-                pad_id=PAD_ID, eos_id=EOS_ID, unk_id=NUM_RESERVED_IDS, bos_id=-1,
-                normalization_rule_name="identity", remove_extra_whitespaces=False,
-                input_sentence_size=max_sentences, shuffle_input_sentence=True,
-                hard_vocab_limit=False, byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
-                minloglevel=2)
-        except RuntimeError:
-            # The trainer turns an error of the sentence reader (a missing file, invalid UTF-8)
-            # into RuntimeError("INTERNAL: ..."); raise the reader's own, named error instead.
-            if reader.error is not None:
-                raise reader.error from None
-            raise
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample), model_writer=model_writer,
+            vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+            pad_id=PAD_ID, eos_id=EOS_ID, unk_id=NUM_RESERVED_IDS, bos_id=-1,
+            normalization_rule_name="identity", remove_extra_whitespaces=False,
+            input_sentence_size=0, shuffle_input_sentence=False,
+            hard_vocab_limit=False, byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
+            minloglevel=2)
+        temporary = model_path + ".incomplete"
         with open(temporary, "wb") as handle:
             handle.write(model_writer.getvalue())
         os.replace(temporary, model_path)
@@ -146,6 +160,11 @@ class SentencePieceVocabulary:
         """A string tensor [batch] -> int32 RaggedTensor of ids [batch, (length)]."""
         return self.tokenizer.tokenize(texts)
 
+    def encodable_in_graph(self, texts):
+        """bool [batch]: all True (an unknown character becomes UNK or bytes, as in encode)."""
+        import tensorflow as tf
+        return tf.ones_like(texts, tf.bool)
+
     def decode_in_graph(self, ids):
         """Ids [batch, length] (dense, cut at EOS and padded with 0, or ragged) -> strings."""
         import tensorflow as tf
@@ -156,21 +175,32 @@ class SentencePieceVocabulary:
         return self.tokenizer.detokenize(ids)
 
 
-class _RememberingIterator:
-    """Iterates `iterable` and keeps the exception that ended it, if any."""
+def _load_processor(model_path: str, model_proto: bytes):
+    """A SentencePieceProcessor of the model, or a DataError naming the file if it is not a
+    vocabulary datagen writes (empty, cut short, not a SentencePiece model, or without PAD = 0
+    and EOS = 1 and a piece after them)."""
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError:  # the protobuf does not parse
+        processor = None
+    if (processor is None or processor.get_piece_size() <= NUM_RESERVED_IDS
+            or processor.pad_id() != PAD_ID or processor.eos_id() != EOS_ID):
+        from t2t_lite.data.problem import DataError  # problem.py imports this module
+        size = f"{len(model_proto):,} bytes" if model_proto else "empty"
+        raise DataError(f"{model_path} is not a SentencePiece vocabulary of t2t_lite ({size}): "
+                        f"delete it and rerun t2t_lite-datagen to train it again")
+    return processor
 
-    def __init__(self, iterable):
-        self.iterator = iter(iterable)
-        self.error = None
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        try:
-            return next(self.iterator)
-        except StopIteration:
-            raise
-        except Exception as error:
-            self.error = error
-            raise
+def _reservoir_sample(sentences, size: int, rng: random.Random) -> list:
+    """`size` items drawn uniformly from an iterable of any length in one pass (Vitter's
+    Algorithm R), or all of them if there are fewer."""
+    sample = []
+    for count, sentence in enumerate(sentences):
+        if count < size:
+            sample.append(sentence)
+        else:
+            slot = rng.randrange(count + 1)
+            if slot < size:
+                sample[slot] = sentence
+    return sample

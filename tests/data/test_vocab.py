@@ -1,6 +1,11 @@
 """SentencePieceVocabulary on real data: a joint 8k vocabulary trained on Multi30k train (de+en)
-round-trips every dev sentence, in Python and in the graph, with the same ids both ways."""
+round-trips every dev sentence, in Python and in the graph, with the same ids both ways. Small
+vocabularies show that training is reproducible and that a broken model file is a DataError."""
+import io
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -143,6 +148,66 @@ def test_an_error_while_reading_training_sentences_keeps_its_message(tmp_path):
     with pytest.raises(DataError, match="line 101: invalid UTF-8"):
         SentencePieceVocabulary.train(sentences(), str(tmp_path / "v.model"), 64)
     assert not (tmp_path / "v.model").exists()
+
+
+def _toy_sentences(count):
+    words = "a dog runs in the park two dogs play with the red ball near house".split()
+    return [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(3 + i % 9))
+            for i in range(count)]
+
+
+def test_the_same_sentences_give_the_same_model_file(tmp_path):
+    """More sentences than max_sentences: every run samples (and so trains) the same, also in
+    another process (SentencePiece's own shuffle drew another sample in every process; one
+    process alone repeated itself). Each process imports the sentencepiece package only."""
+    sentences = tmp_path / "sentences.json"
+    sentences.write_text(json.dumps(_toy_sentences(2000)))
+    script = ("import json, sys\n"
+              "from t2t_lite.data.vocab import SentencePieceVocabulary\n"
+              "SentencePieceVocabulary.train(json.load(open(sys.argv[1])), sys.argv[2], 60, "
+              "'unigram', max_sentences=300)\n")
+    models = []
+    for run in range(2):
+        path = tmp_path / f"run{run}.model"
+        subprocess.run([sys.executable, "-c", script, str(sentences), str(path)], check=True,
+                       timeout=120)
+        models.append(path.read_bytes())
+    assert models[0] == models[1]
+
+
+def _broken_model(kind: str, tmp_path) -> bytes:
+    import random
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    if kind == "empty":  # parses as a model of 0 pieces
+        return b""
+    if kind == "random bytes":
+        return bytes(random.Random(0).randrange(256) for _ in range(500))
+    if kind == "another tool's ids":  # SentencePiece's defaults: unk 0, bos 1, eos 2, no PAD
+        writer = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(_toy_sentences(200)),
+                                       model_writer=writer, vocab_size=30, minloglevel=2)
+        return writer.getvalue()
+    good = SentencePieceVocabulary.train(_toy_sentences(200), str(tmp_path / "good.model"), 30)
+    if kind == "cut short":  # (cut between two pieces, it would be a smaller, valid model)
+        return good.model_proto[:-1]
+    model = sentencepiece_model_pb2.ModelProto()  # "only the reserved pieces"
+    model.ParseFromString(good.model_proto)
+    del model.pieces[NUM_RESERVED_IDS:]
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["empty", "random bytes", "cut short", "only the reserved pieces",
+                                  "another tool's ids"])
+def test_a_broken_model_file_is_a_data_error_naming_it(tmp_path, kind):
+    """Not a Keras error about ids out of range later, or SentencePiece's parse error."""
+    from t2t_lite.data.problem import DataError
+    path = tmp_path / "vocab.multi30k.8192.bpe.model"
+    path.write_bytes(_broken_model(kind, tmp_path))
+    with pytest.raises(DataError) as error:
+        SentencePieceVocabulary(str(path))
+    assert str(path) in str(error.value)
+    assert "delete it and rerun t2t_lite-datagen" in str(error.value)
 
 
 def test_symbol_vocabulary_in_the_graph_equals_python():
