@@ -5,11 +5,20 @@ tensor2tensor's `t2t-exporter` saved the Estimator's predict graph behind
 to run the vocabulary in Python before and after every request. Here the graph holds all of it:
 
     inputs: string [batch]
-      -> vocabulary.encode_in_graph (tensorflow-text's SentencePiece op, or the symbol split)
+      -> which rows are searched: not blank, and accepted by vocabulary.encodable_in_graph
+      -> vocabulary.encode_in_graph of those rows (tensorflow-text's SentencePiece op, or the
+         symbol split)
       -> truncate to problem.max_length tokens, EOS last, pad with 0
       -> decoding.search.search (the decoder's beam or greedy search, same decode_hparams)
       -> vocabulary.decode_in_graph (cut at EOS, drop PAD, detokenize)
+      -> every row back in its place
     outputs: {"outputs": string [batch], "scores": float32 [batch]}
+
+No sentence fails the others, as in the decoder (decoding.decoder.Translator): a blank sentence
+and one the vocabulary cannot encode (a symbol out of range, a word in a symbol problem) are not
+searched; their output is "" and their score FAILED_SCORE = -inf (the decoder's None; TensorFlow
+Serving's REST API writes it as -Infinity, which Python's json module reads). A sentence
+longer than max_length tokens (EOS included) is cut to that length, as the decoder cuts it.
 
 A request is translated as one batch (t2t's serving input also batched whatever the client
 sent); the decoder's batch_size does not apply.
@@ -43,6 +52,7 @@ from t2t_lite.training import checkpoints, trainer
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
 TEMPORARY_SUFFIX = ".tmp"
+FAILED_SCORE = float("-inf")  # the score of a sentence that is not translated
 
 
 class ExportError(UserError, ValueError):
@@ -85,13 +95,22 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):
         """Raw sentences [batch] -> {"outputs": translations [batch], "scores": float32 [batch]}
-        (beam scores: log probability over the length penalty; greedy: log probability)."""
-        ids = source_ids(self._encoders["inputs"], inputs, self._max_length)
-        output_ids, scores = self._search(ids)
-        # As the decoder: a blank line gets an empty translation (and score 0), not a guess.
-        blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
+        (beam scores: log probability over the length penalty; greedy: log probability;
+        FAILED_SCORE and "" for a blank sentence or one the vocabulary cannot encode)."""
+        vocabulary = self._encoders["inputs"]
+        searched = tf.logical_and(tf.strings.length(tf.strings.strip(inputs)) > 0,
+                                  vocabulary.encodable_in_graph(inputs))
+        rows = tf.where(searched)  # int64 [n, 1]
+        ids = source_ids(vocabulary, tf.boolean_mask(inputs, searched), self._max_length)
+        # Nothing to search (every sentence failed): no search, and no XLA compile for 0 rows.
+        output_ids, scores = tf.cond(
+            tf.size(rows) > 0, lambda: self._search(ids),
+            lambda: (tf.zeros([0, 1], tf.int32), tf.zeros([0], tf.float32)))
         outputs = self._encoders["targets"].decode_in_graph(output_ids)
-        return {"outputs": tf.where(blank, "", outputs), "scores": tf.where(blank, 0.0, scores)}
+        batch = tf.shape(inputs)
+        return {"outputs": tf.tensor_scatter_nd_update(tf.fill(batch, ""), rows, outputs),
+                "scores": tf.tensor_scatter_nd_update(tf.fill(batch, FAILED_SCORE), rows,
+                                                      scores)}
 
 
 def check_export_dir(export_dir: str, overwrite: bool = False):

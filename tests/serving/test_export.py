@@ -1,11 +1,13 @@
-"""The exported SavedModel translates raw text like the decoder: a small copy model is trained,
-exported with t2t_lite-exporter, loaded in a fresh process (after `import tensorflow_text`)
-and asked for 100 held-out sequences through its serving signature; the decoder translates the
-same lines with the same beam search. The SentencePiece path is checked without training: a
-tiny vocabulary and an untrained model go through a SavedModel and back."""
+"""The exported SavedModel translates raw text like the decoder: a small copy model is trained (in
+this process) and exported (without XLA in this process; with XLA by t2t_lite-exporter), and
+one fresh process (after `import tensorflow_text`) loads the exports, translates 100 held-out
+sequences and a batch with sentences that cannot be translated, and runs saved_model_cli; the
+decoder translates the same lines with the same beam search. Every check that needs no program
+of its own runs in this process (a program costs seconds of TensorFlow import). The
+SentencePiece path and the search without the cache are checked without training: a tiny
+vocabulary and an untrained model go through a SavedModel and back."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +20,8 @@ HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_
            "learning_rate_constant=1.0,layer_prepostprocess_dropout=0,attention_dropout=0,"
            "relu_dropout=0")
 DECODE_HPARAMS = "beam_size=4,alpha=0.6"
+# A batch in which one sentence is translated: the others fail (not symbols, blank).
+MIXED = ["3 7 1", "abc 99", ""]
 
 
 def run(*command, expect_failure=False):
@@ -31,33 +35,89 @@ def program(name, *flags, **kwargs):
     return run(sys.executable, "-m", f"t2t_lite.bin.{name}", *flags, **kwargs)
 
 
+def texts(tensor):
+    return [text.decode("utf-8") for text in tensor.numpy()]
+
+
 @pytest.fixture(scope="module")
 def trained(copy_task_data, tmp_path_factory):
     """(data_dir, output_dir) of a copy model that copies the held-out sequences (dev token
-    accuracy 1.0 after 300 steps, 10 s of training)."""
+    accuracy 1.0 after 300 steps, 10 s of training), trained in this process (trainer.train,
+    what t2t_lite-trainer runs)."""
+    from t2t_lite import registry
+    from t2t_lite.training import trainer
     data_dir = copy_task_data(10_000, 100, 100)
     output_dir = str(tmp_path_factory.mktemp("serving") / "train")
-    program("trainer", "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
-            f"--hparams={HPARAMS}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-            "--train_steps=300", "--eval_every=300", "--eval_steps=1",
-            "--save_checkpoints_steps=300", "--log_every_steps=100", "--eval_bleu_sentences=0")
+    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
+    trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
+                  trainer.RunConfig(train_steps=300, eval_every=300, eval_steps=1,
+                                    save_checkpoints_steps=300, log_every_steps=100))
     return data_dir, output_dir
 
 
 @pytest.fixture(scope="module")
-def export_run(trained):
-    """(export_dir, the exporter's output)."""
+def exported(trained):
+    """An export without XLA (the default), written in this process by export.export, which
+    the exporter program runs (xla_exported runs the program)."""
+    from t2t_lite.decoding.decoder import DecodeHParams, saved_run
+    from t2t_lite.serving.export import export
     data_dir, output_dir = trained
     export_dir = os.path.join(os.path.dirname(output_dir), "export", "1")
-    _, out = program("exporter", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-                     f"--export_dir={export_dir}", f"--decode_hparams={DECODE_HPARAMS}")
-    assert f"exported {output_dir}/model.ckpt-300 to {export_dir}" in out
-    return export_dir, out
+    export("algorithmic_copy", "transformer", saved_run(output_dir)["hparams"], data_dir,
+           output_dir, export_dir, DecodeHParams(beam_size=4, alpha=0.6))
+    return export_dir
 
 
 @pytest.fixture(scope="module")
-def exported(export_run):
-    return export_run[0]
+def xla_exported(trained):
+    """t2t_lite-exporter's export with XLA and greedy search (a quicker compile), written with
+    --overwrite over a folder holding an older file."""
+    data_dir, output_dir = trained
+    export_dir = os.path.join(os.path.dirname(output_dir), "export", "2")
+    os.makedirs(export_dir)
+    with open(os.path.join(export_dir, "stale.txt"), "w") as handle:
+        handle.write("an older export")
+    _, out = program("exporter", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+                     f"--export_dir={export_dir}", "--overwrite", "--export_jit_compile",
+                     "--decode_hparams=beam_size=1")
+    assert f"exported {output_dir}/model.ckpt-300 to {export_dir}" in out
+    return export_dir
+
+
+@pytest.fixture(scope="module")
+def fresh_process(trained, exported, xla_exported, tmp_path_factory):
+    """What one fresh Python process gets from the exports: ({"lines": the 100 test inputs'
+    translations, "mixed" and "xla_mixed": MIXED's, each {"outputs", "scores", "dtypes"}},
+    the output of `saved_model_cli show --all` of the export without XLA, run in that process
+    after the rest)."""
+    inputs = os.path.join(trained[0], "algorithmic_copy-test.inputs.txt")
+    served = str(tmp_path_factory.mktemp("fresh") / "served.json")
+    script = textwrap.dedent(f"""
+        import json
+        import sys
+        import tensorflow as tf
+        import tensorflow_text  # registers the ops the SavedModel uses
+
+        def translate(export_dir, lines):
+            result = tf.saved_model.load(export_dir).signatures["serving_default"](
+                inputs=tf.constant(lines))
+            return {{"outputs": [t.decode("utf-8") for t in result["outputs"].numpy()],
+                     "scores": result["scores"].numpy().tolist(),
+                     "dtypes": [result["outputs"].dtype.name, result["scores"].dtype.name]}}
+
+        lines = open({inputs!r}).read().splitlines()
+        json.dump({{"lines": translate({exported!r}, lines),
+                    "mixed": translate({exported!r}, {MIXED!r}),
+                    "xla_mixed": translate({xla_exported!r}, {MIXED!r})}}, open({served!r}, "w"))
+
+        from tensorflow.python.tools import saved_model_cli  # the saved_model_cli program
+        sys.argv = ["saved_model_cli", "show", "--dir", {exported!r}, "--all"]
+        print("saved_model_cli:", flush=True)
+        saved_model_cli.main()
+    """)
+    _, out = run(sys.executable, "-c", script)
+    with open(served) as handle:
+        return json.load(handle), out[out.index("saved_model_cli:"):]
 
 
 def test_the_export_is_complete_and_records_its_hparams(trained, exported):
@@ -69,38 +129,24 @@ def test_the_export_is_complete_and_records_its_hparams(trained, exported):
         assert description == json.load(handle)
 
 
-def test_a_fresh_process_translates_like_the_decoder(trained, exported, tmp_path):
+def test_a_fresh_process_translates_like_the_decoder(trained, fresh_process):
+    from t2t_lite import registry
+    from t2t_lite.decoding import decoder
     data_dir, output_dir = trained
-    inputs = os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")
-    with open(inputs) as handle:
+    with open(os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")) as handle:
         lines = handle.read().splitlines()
     assert len(lines) == 100
+    # The decoder program's translation (t2t_lite-decoder --decode_from_file), in this process.
+    problem = registry.problem("algorithmic_copy")
+    run_description = decoder.saved_run(output_dir)
+    model = decoder.load_model(run_description["model"], run_description["hparams"],
+                               problem.vocab_size(data_dir), output_dir)
+    translator = decoder.Translator(model, problem.feature_encoders(data_dir),
+                                    decoder.DecodeHParams(beam_size=4, alpha=0.6),
+                                    problem.max_length)
+    decoder_lines = translator.translate(lines, show_progress=False)
 
-    served = tmp_path / "served.json"
-    script = textwrap.dedent(f"""
-        import json
-        import tensorflow as tf
-        import tensorflow_text  # registers the ops the SavedModel uses
-        loaded = tf.saved_model.load({exported!r})
-        serve = loaded.signatures["serving_default"]
-        lines = open({inputs!r}).read().splitlines()
-        result = serve(inputs=tf.constant(lines))
-        json.dump({{"outputs": [t.decode("utf-8") for t in result["outputs"].numpy()],
-                   "scores": result["scores"].numpy().tolist(),
-                   "dtypes": [result["outputs"].dtype.name, result["scores"].dtype.name]}},
-                  open({str(served)!r}, "w"))
-    """)
-    run(sys.executable, "-c", script)
-    with open(served) as handle:
-        result = json.load(handle)
-
-    decoded = str(tmp_path / "decoded.txt")
-    program("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-            f"--decode_from_file={inputs}", f"--decode_to_file={decoded}",
-            f"--decode_hparams={DECODE_HPARAMS}")
-    with open(decoded) as handle:
-        decoder_lines = handle.read().splitlines()
-
+    result = fresh_process[0]["lines"]
     assert result["dtypes"] == ["string", "float32"]
     assert len(result["outputs"]) == len(result["scores"]) == 100
     assert all(score <= 0 for score in result["scores"])
@@ -109,15 +155,17 @@ def test_a_fresh_process_translates_like_the_decoder(trained, exported, tmp_path
     assert sum(out == line for out, line in zip(result["outputs"], lines)) >= 90
 
 
-def saved_model_cli():
-    beside_python = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    return beside_python if os.path.exists(beside_python) else shutil.which("saved_model_cli")
+@pytest.mark.parametrize("export", ["mixed", "xla_mixed"])
+def test_sentences_that_cannot_be_translated_leave_the_others(fresh_process, export):
+    """"abc 99" is not a sequence of symbols 1..10 and "" is blank: as in the decoder, they get
+    an empty translation, with the score -inf (the decoder's None), and "3 7 1" is copied."""
+    result = fresh_process[0][export]
+    assert result["outputs"] == ["3 7 1", "", ""]
+    assert -1 < result["scores"][0] <= 0 and result["scores"][1:] == [float("-inf")] * 2
 
 
-def test_saved_model_cli_lists_the_serving_signature(exported):
-    if saved_model_cli() is None:
-        pytest.skip("saved_model_cli is not installed")
-    _, out = run(saved_model_cli(), "show", "--dir", exported, "--all")
+def test_saved_model_cli_lists_the_serving_signature(fresh_process):
+    out = fresh_process[1]
     signature = out[out.index("signature_def['serving_default']"):]
     assert "inputs['inputs'] tensor_info:" in signature
     assert "outputs['outputs'] tensor_info:" in signature
@@ -146,52 +194,71 @@ def xla_flags(export_dir):
             if "_XlaMustCompile" in function.attr}
 
 
-def test_no_xla_by_default(export_run):
+def test_no_xla_by_default(exported):
     from t2t_lite.serving.export import ops_needing_xla
-    exported, out = export_run
     assert xla_flags(exported) == {False}  # TF Serving runs XLA on CPU only when asked to
-    assert ops_needing_xla(exported) == [] and "xla_cpu_compilation_enabled" not in out
+    assert ops_needing_xla(exported) == []  # (and so no warning about it)
 
 
-def test_without_the_cache_the_graph_needs_no_xla(trained, tmp_path):
-    from t2t_lite.serving.export import ops_needing_xla
-    data_dir, output_dir = trained
-    export_dir = str(tmp_path / "1")
-    _, out = program("exporter", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-                     f"--export_dir={export_dir}", "--decode_hparams=use_cache=false")
-    assert ops_needing_xla(export_dir) == [] and "xla_cpu_compilation_enabled" not in out
-    lines = ["3 7 1", "10 9 8 7 6 5 4 3 2 1", ""]
-    result = tf.saved_model.load(export_dir).signatures["serving_default"](
-        inputs=tf.constant(lines))
-    assert [t.decode("utf-8") for t in result["outputs"].numpy()] == lines
-
-
-def test_overwrite_with_xla(trained, tmp_path):
-    data_dir, output_dir = trained
-    export_dir = tmp_path / "2"
-    export_dir.mkdir()
-    (export_dir / "stale.txt").write_text("an older export")
-    program("exporter", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-            f"--export_dir={export_dir}", "--overwrite", "--export_jit_compile")
-    assert sorted(os.listdir(export_dir)) == ["assets", "fingerprint.pb", "hparams.json",
-                                              "saved_model.pb", "variables"]
-    assert not os.path.exists(str(export_dir) + ".tmp")
-    assert True in xla_flags(export_dir)
+def test_overwrite_with_xla(xla_exported):
+    assert sorted(os.listdir(xla_exported)) == ["assets", "fingerprint.pb", "hparams.json",
+                                                "saved_model.pb", "variables"]
+    assert not os.path.exists(xla_exported + ".tmp")
+    assert True in xla_flags(xla_exported)
 
 
 def test_exporting_without_a_checkpoint_names_the_output_dir(trained, tmp_path):
-    data_dir, _ = trained
+    from t2t_lite import registry
+    from t2t_lite.serving.export import export
+    from t2t_lite.training.checkpoints import CheckpointError
     empty = tmp_path / "untrained"
-    code, out = program("exporter", f"--data_dir={data_dir}", f"--output_dir={empty}",
-                        f"--export_dir={tmp_path / 'export'}", "--problem=algorithmic_copy",
-                        "--hparams_set=transformer_tiny", expect_failure=True)
-    assert code == 2
-    assert f"error: no checkpoint in {empty}" in out and f"--output_dir={empty}" in out
+    with pytest.raises(CheckpointError) as error:
+        export("algorithmic_copy", "transformer", registry.hparams("transformer_tiny"),
+               trained[0], str(empty), str(tmp_path / "export"))
+    assert f"no checkpoint in {empty}" in str(error.value)
+    assert f"--output_dir={empty}" in str(error.value)
     assert not os.path.exists(tmp_path / "export")
     assert not os.path.exists(str(tmp_path / "export") + ".tmp")
 
 
-# --- SentencePiece: the vocabulary inside the SavedModel, no training needed ------------------
+# --- Without training: an untrained model, in this process -------------------------------------
+
+def untrained_model(vocab_size):
+    from t2t_lite import registry
+    from t2t_lite.training.trainer import build_model
+    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
+    return build_model("transformer", hparams, vocab_size)
+
+
+def test_sentences_that_fail_are_not_searched_and_the_others_translate_as_in_the_decoder():
+    """The decoder's rules, batch by batch: blank and unencodable sentences get "" and the
+    score -inf (the decoder's None), a sentence longer than max_length tokens with EOS is cut
+    (here max_length 6: "1 2 ... 9" is searched as 1 2 3 4 5 EOS), and the others are the
+    decoder's translations (the failing rows do not change them)."""
+    from t2t_lite.data.vocab import SymbolVocabulary
+    from t2t_lite.decoding.decoder import DecodeHParams, Translator
+    from t2t_lite.serving.export import FAILED_SCORE, ServingModule
+    vocabulary = SymbolVocabulary(10)
+    encoders = {"inputs": vocabulary, "targets": vocabulary}
+    model = untrained_model(vocabulary.vocab_size)
+    decode_hparams = DecodeHParams(beam_size=2, extra_length=3)
+    lines = ["3 7 1", "abc 99", "", "  ", "1 2 3 4 5 6 7 8 9", "3 11", "10 2"]
+    module = ServingModule(model, encoders, decode_hparams, max_length=6)
+
+    result = module.serve(tf.constant(lines))
+    outputs, scores = Translator(model, encoders, decode_hparams, 6).translate_with_scores(
+        lines, show_progress=False)
+    assert [score is None for score in scores] == [False, True, True, True, False, True, False]
+    assert texts(result["outputs"]) == outputs
+    assert result["scores"].numpy().tolist() == [
+        FAILED_SCORE if score is None else pytest.approx(score, abs=1e-5) for score in scores]
+    cut = module.serve(tf.constant(["1 2 3 4 5"]))  # 5 tokens and EOS: the cut sentence
+    assert texts(cut["outputs"]) == outputs[4:5]
+    # Nothing to search: no search runs, and every row fails alone.
+    nothing = module.serve(tf.constant(["", "x"]))
+    assert texts(nothing["outputs"]) == ["", ""]
+    assert nothing["scores"].numpy().tolist() == [FAILED_SCORE] * 2
+
 
 SENTENCES = ["a dog runs in the park", "two dogs play with a red ball",
              "the man reads a book in the park", "a woman walks with two dogs",
@@ -205,6 +272,25 @@ def sentencepiece(tmp_path_factory):
     return SentencePieceVocabulary.train(SENTENCES * 20, path, vocab_size=60)
 
 
+@pytest.fixture(scope="module")
+def sentencepiece_export(sentencepiece, tmp_path_factory):
+    """(export_dir, model, decode_hparams): an untrained model with the SentencePiece vocabulary,
+    searching without the cache (the exporter's advice for servers without XLA)."""
+    from t2t_lite.decoding.decoder import DecodeHParams
+    from t2t_lite.serving.export import ServingModule, save_atomically
+    model = untrained_model(sentencepiece.vocab_size)
+    decode_hparams = DecodeHParams(beam_size=2, extra_length=5, use_cache=False)
+    encoders = {"inputs": sentencepiece, "targets": sentencepiece}
+    export_dir = str(tmp_path_factory.mktemp("sentencepiece") / "1")
+    save_atomically(ServingModule(model, encoders, decode_hparams, max_length=256), export_dir)
+    return export_dir, model, decode_hparams
+
+
+def test_without_the_cache_the_graph_needs_no_xla(sentencepiece_export):
+    from t2t_lite.serving.export import ops_needing_xla
+    assert ops_needing_xla(sentencepiece_export[0]) == []
+
+
 def test_source_ids_in_the_graph_are_the_python_ids_with_eos(sentencepiece):
     from t2t_lite.serving.export import source_ids
     encoded = [sentencepiece.encode(sentence) for sentence in SENTENCES]
@@ -216,20 +302,12 @@ def test_source_ids_in_the_graph_are_the_python_ids_with_eos(sentencepiece):
     assert cut == [encoded[0][:3] + [1]]
 
 
-def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece, tmp_path):
+def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece,
+                                                                 sentencepiece_export):
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, for loading)
-    from t2t_lite import registry
-    from t2t_lite.decoding.decoder import DecodeHParams
     from t2t_lite.decoding.search import search
-    from t2t_lite.serving.export import ServingModule, save_atomically
-    from t2t_lite.training.trainer import build_model
-
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
-    model = build_model("transformer", hparams, sentencepiece.vocab_size)
-    decode_hparams = DecodeHParams(beam_size=2, extra_length=5)
-    encoders = {"inputs": sentencepiece, "targets": sentencepiece}
-    export_dir = str(tmp_path / "1")
-    save_atomically(ServingModule(model, encoders, decode_hparams, max_length=256), export_dir)
+    from t2t_lite.serving.export import FAILED_SCORE
+    export_dir, model, decode_hparams = sentencepiece_export
 
     ids = [sentencepiece.encode(sentence) + [1] for sentence in SENTENCES]
     padded = [row + [0] * (max(map(len, ids)) - len(row)) for row in ids]
@@ -237,8 +315,9 @@ def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece, t
     expected = [sentencepiece.decode(row) for row in output_ids.numpy().tolist()]
 
     loaded = tf.saved_model.load(export_dir)
-    result = loaded.signatures["serving_default"](inputs=tf.constant(SENTENCES))
-    assert [text.decode("utf-8") for text in result["outputs"].numpy()] == expected
-    assert result["scores"].numpy().tolist() == pytest.approx(scores.numpy().tolist(), abs=1e-5)
+    result = loaded.signatures["serving_default"](inputs=tf.constant(SENTENCES + [" "]))
+    assert texts(result["outputs"]) == expected + [""]
+    assert result["scores"].numpy().tolist() == pytest.approx(
+        scores.numpy().tolist() + [FAILED_SCORE], abs=1e-5)
     # An untrained model translates into something; its weights went into the SavedModel.
     assert len(loaded.model_variables) == len(model.weights)
