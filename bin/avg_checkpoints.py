@@ -8,17 +8,22 @@ The paper averaged the last 5 checkpoints of the base models and the last 20 of 
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite import output_paths
+from t2t_lite.output_lock import OutputLock
 from t2t_lite.training import averaging
 
 flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
-flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.")
+flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.",
+                     lower_bound=1)
 flags.DEFINE_string("out", None, "Path prefix of the averaged checkpoint.")
 flags.mark_flags_as_required(["output_dir", "out"])
 
 
 def main(argv):
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
-    out_path = averaging.average_checkpoints(FLAGS.output_dir, FLAGS.num_last, FLAGS.out)
+    output_paths.prepare_output_file(FLAGS.out, "out")
+    with OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}"):
+        out_path = averaging.average_checkpoints(FLAGS.output_dir, FLAGS.num_last, FLAGS.out)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")

@@ -10,6 +10,8 @@ The model and hparams default to those the trainer recorded in --output_dir. The
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite import output_paths
+from t2t_lite.output_lock import OutputLock
 from t2t_lite.serving import export
 
 common.define_problem_flags()
@@ -30,10 +32,14 @@ flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
 def main(argv):
     problem, model_name, hparams = common.trained_run_from_flags()
     decode_hparams = common.decode_hparams_from_flags()
-    checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
-                               FLAGS.output_dir, FLAGS.export_dir, decode_hparams,
-                               FLAGS.checkpoint_path, FLAGS.export_jit_compile,
-                               FLAGS.overwrite)
+    export_dir = FLAGS.export_dir.rstrip("/")
+    output_paths.prepare_parent_folder(export_dir, "export_dir")
+    # Beside the SavedModel's folder, which stays empty until it is written whole.
+    with OutputLock(export_dir + ".lock", f"write --export_dir={export_dir}"):
+        checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
+                                   FLAGS.output_dir, export_dir, decode_hparams,
+                                   FLAGS.checkpoint_path, FLAGS.export_jit_compile,
+                                   FLAGS.overwrite)
     print(f"exported {checkpoint} to {FLAGS.export_dir}")
     print(f"inspect with: saved_model_cli show --dir {FLAGS.export_dir} --all")
 

@@ -13,15 +13,19 @@ common.define_problem_flags()
 common.define_model_flags()
 common.define_thread_flags()
 _DEFAULTS = trainer.RunConfig()
-flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.")
-flags.DEFINE_integer("eval_steps", _DEFAULTS.eval_steps, "Dev batches per evaluation.")
-flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Updates between evaluations.")
+flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.",
+                     lower_bound=1)
+flags.DEFINE_integer("eval_steps", _DEFAULTS.eval_steps, "Dev batches per evaluation (0: none).",
+                     lower_bound=0)
+flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Updates between evaluations.",
+                     lower_bound=1)
 flags.DEFINE_integer("save_checkpoints_steps", _DEFAULTS.save_checkpoints_steps,
-                     "Updates between checkpoints.")
+                     "Updates between checkpoints.", lower_bound=1)
 flags.DEFINE_integer("keep_checkpoint_max", _DEFAULTS.keep_checkpoint_max,
-                     "How many recent checkpoints to keep.")
+                     "How many recent checkpoints to keep.", lower_bound=1)
 flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
-                     "Updates between progress lines and TensorBoard points.")
+                     "Updates between progress lines and TensorBoard points.",
+                     lower_bound=1)
 flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile,
                      "Compile the training step with XLA (default: on GPUs and TPUs; off on a "
                      "CPU, where it compiles every batch shape and trains no faster).")
@@ -31,7 +35,8 @@ flags.DEFINE_list("devices", list(_DEFAULTS.devices),
                   "the CPU). With a TF_CONFIG naming several workers, one process per worker "
                   "trains with MultiWorkerMirroredStrategy instead.")
 flags.DEFINE_integer("eval_bleu_sentences", 100,
-                     "Dev sentences decoded for sacreBLEU at each evaluation (0: none).")
+                     "Dev sentences decoded for sacreBLEU at each evaluation (0: none).",
+                     lower_bound=0)
 flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 

@@ -12,13 +12,12 @@ import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import registry
+from t2t_lite import output_paths, registry
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import DecodeHParams, search
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.training import checkpoints, trainer
-from t2t_lite.training.checkpoints import CheckpointError
 from t2t_lite.progress import progress_bar
 
 
@@ -36,10 +35,7 @@ def saved_run(output_dir: str) -> dict:
 def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
                checkpoint_path: str = None):
     """Builds the model and restores `checkpoint_path` (default: the latest in output_dir)."""
-    checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
-    if not checkpoint_path:
-        raise CheckpointError(f"no checkpoint in {output_dir}: train first "
-                              f"(t2t_lite-trainer --output_dir={output_dir})")
+    checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
     model = trainer.build_model(model_name, hparams, vocab_size)
     checkpoints.restore(checkpoint_path, model)
     logging.info("restored %s", checkpoint_path)
@@ -134,7 +130,10 @@ def score(hypotheses: list, references: list) -> dict:
 def read_lines(path: str) -> list:
     """The lines of a UTF-8 file (or stdin for None), without their line ends. A line that is
     not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning names it."""
-    handle = sys.stdin.buffer if path is None else open(path, "rb")
+    try:
+        handle = sys.stdin.buffer if path is None else open(path, "rb")
+    except OSError as error:
+        raise DataError(f"cannot read {path}: {error.strerror}") from None
     lines = []
     try:
         for number, raw in enumerate(handle, start=1):
@@ -170,10 +169,19 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     first `attention_sentences` lines and their translations there (t2t_lite.visualize); with
     `reference`, returns and logs the scores."""
     problem = registry.problem(problem_name)
+    # Everything that can be wrong with the inputs and outputs fails here, before the work.
+    lines = read_lines(decode_from)
+    references = None if reference is None else read_lines(reference)
+    if references is not None and len(references) != len(lines):
+        raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
+                        f"{len(lines)}")
+    if decode_to is not None:
+        output_paths.prepare_output_file(decode_to, "decode_to_file")
+    if attention_dir:
+        output_paths.prepare_output_folder(attention_dir, "attention_dir")
     encoders = problem.feature_encoders(data_dir)
     model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                        checkpoint_path)
-    lines = read_lines(decode_from)
     translator = Translator(model, encoders, decode_hparams, problem.max_length,
                             decode_from or "stdin")
     outputs = translator.translate(lines)
@@ -184,12 +192,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
         paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
         logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
                      len(paths), attention_dir)
-    if reference is None:
+    if references is None:
         return None
-    references = read_lines(reference)
-    if len(references) != len(lines):
-        raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
-                         f"{len(lines)}")
     scores = score(outputs, references)
     logging.info("exact match %.2f%% (%d sentences); %s", 100 * scores["exact_match"],
                  len(lines), scores["bleu_text"])

@@ -21,16 +21,24 @@ class DevBleu(keras.callbacks.Callback):
 
     def __init__(self, problem, data_dir: str, output_dir: str, num_sentences: int = 100):
         super().__init__()
-        self.encoders = problem.feature_encoders(data_dir)
-        examples = pipeline.read_examples(problem.filepattern(data_dir, DEV),
-                                          shuffle_files=False).take(num_sentences)
+        self.problem = problem
+        self.data_dir = data_dir
+        self.output_dir = output_dir
+        self.num_sentences = num_sentences
+        self.translator = None
+
+    def on_train_begin(self, logs=None):
+        """Reads the dev sentences and opens the summary writer once training starts, after the
+        trainer has checked its inputs and locked output_dir."""
+        self.encoders = self.problem.feature_encoders(self.data_dir)
+        examples = pipeline.read_examples(self.problem.filepattern(self.data_dir, DEV),
+                                          shuffle_files=False).take(self.num_sentences)
         pairs = [(self.encoders["inputs"].decode(example["inputs"]),
                   self.encoders["targets"].decode(example["targets"]))
                  for example in examples.as_numpy_iterator()]
         self.sources = [source for source, _ in pairs]
         self.references = [reference for _, reference in pairs]
-        self.writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
-        self.translator = None
+        self.writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "eval"))
 
     def on_epoch_end(self, epoch, logs=None):
         if self.translator is None:

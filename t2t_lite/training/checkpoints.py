@@ -8,6 +8,7 @@ between a checkpoint and the model easy to name.
 """
 import tensorflow as tf
 
+from t2t_lite import output_paths
 from t2t_lite.errors import UserError
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -72,3 +73,34 @@ def restore(checkpoint_path: str, model, optimizer=None):
         status.assert_consumed()
     else:
         status.expect_partial().assert_existing_objects_matched()
+
+
+def existing_checkpoints(folder: str) -> list:
+    """The checkpoint prefixes in `folder` (those with an .index file), sorted."""
+    pattern = tf.io.gfile.join(folder, "*.index")
+    return sorted(path[:-len(".index")] for path in tf.io.gfile.glob(pattern))
+
+
+def resolve(output_dir: str, checkpoint_path: str = None) -> str:
+    """`checkpoint_path` (a checkpoint prefix, or a folder for its latest checkpoint) once it is
+    known to exist, else output_dir's latest; a CheckpointError names the path and lists the
+    checkpoints that exist, instead of TensorFlow's NotFoundError at restore time."""
+    if checkpoint_path is None:
+        latest = tf.train.latest_checkpoint(output_dir)
+        if not latest:
+            raise CheckpointError(f"no checkpoint in {output_dir}: train first "
+                                  f"(t2t_lite-trainer --output_dir={output_dir})")
+        return latest
+    if tf.io.gfile.isdir(checkpoint_path):
+        latest = tf.train.latest_checkpoint(checkpoint_path)
+        if latest:
+            return latest
+    elif tf.io.gfile.exists(checkpoint_path + ".index"):
+        return checkpoint_path
+    folders = dict.fromkeys([output_dir, output_paths.parent_folder(checkpoint_path)])
+    existing = [path for folder in folders if tf.io.gfile.isdir(folder)
+                for path in existing_checkpoints(folder)]
+    listing = ", ".join(existing) if existing else f"none in {' or '.join(folders)}"
+    raise CheckpointError(f"--checkpoint_path={checkpoint_path}: no such checkpoint (a path "
+                          f"prefix such as {output_dir}/model.ckpt-1000, without .index). "
+                          f"Checkpoints that exist: {listing}")

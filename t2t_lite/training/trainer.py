@@ -7,6 +7,7 @@ and divided by their number; Adam with the hparams' learning-rate schedule (pape
 Running again with the same `output_dir` restores the latest checkpoint (weights, optimizer
 moments and step) and continues to `train_steps`.
 """
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -17,8 +18,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import registry
+from t2t_lite import output_paths, registry
 from t2t_lite.errors import UserError
+from t2t_lite.output_lock import OutputLock
 from t2t_lite.training import checkpoints, distribution
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
@@ -215,25 +217,48 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
           config: RunConfig = RunConfig(), callbacks=(), strategy=None):
     """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint.
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
-    `strategy` defaults to distribution.choose_strategy(config.devices)."""
+    `strategy` defaults to distribution.choose_strategy(config.devices).
+
+    The inputs (problem, data, vocabulary) are checked before anything is written, and the
+    chief holds output_dir's OutputLock while it trains: a second trainer started on the same
+    folder is refused instead of writing the same checkpoint names."""
     problem = registry.problem(problem_name)
     strategy = strategy or distribution.choose_strategy(list(config.devices))
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
     hparams = hparams.replace(length_bucketing=length_bucketing_for(hparams, jit_compile))
-    chief = distribution.is_chief(strategy)
-    if chief:
-        os.makedirs(output_dir, exist_ok=True)
-        save_run_description(output_dir, problem_name, model_name, hparams)
-        write_learning_rate_picture(hparams, config.train_steps,
-                                    os.path.join(output_dir, "learning_rate.png"))
     replicas = strategy.num_replicas_in_sync
     keras.utils.set_random_seed(config.seed)
+    problem.check_data(data_dir, ("train", "dev"))  # every shard against datagen's manifest
     train_data = problem.dataset("train", data_dir, hparams, training=True,
                                  num_replicas=replicas, seed=config.seed)
     dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
                                num_replicas=replicas)
+    vocab_size = problem.vocab_size(data_dir)
+    chief = distribution.is_chief(strategy)
+    if chief:
+        output_paths.prepare_output_folder(output_dir, "output_dir")
+    lock = (OutputLock.of_folder(output_dir, f"train in --output_dir={output_dir}") if chief
+            else contextlib.nullcontext())
+    with lock:
+        if chief:
+            save_run_description(output_dir, problem_name, model_name, hparams)
+            write_learning_rate_picture(hparams, config.train_steps,
+                                        os.path.join(output_dir, "learning_rate.png"))
+        try:
+            return _train_locked(problem_name, model_name, hparams, output_dir, config,
+                                 callbacks if chief else (), strategy, jit_compile, train_data,
+                                 dev_data, vocab_size)
+        except tf.errors.DataLossError as error:  # a shard damaged after the check
+            raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+
+
+def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
+                  jit_compile, train_data, dev_data, vocab_size):
+    """train() once the inputs are checked and output_dir is locked."""
+    chief = distribution.is_chief(strategy)
+    replicas = strategy.num_replicas_in_sync
     with strategy.scope():
-        model = build_model(model_name, hparams, problem.vocab_size(data_dir))
+        model = build_model(model_name, hparams, vocab_size)
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
         latest = tf.train.latest_checkpoint(output_dir)
@@ -261,7 +286,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max)
         run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                 [NonFiniteLossGuard(output_dir), monitor, *(callbacks if chief else ()),
+                 [NonFiniteLossGuard(output_dir), monitor, *callbacks,
                   CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
                  batches_per_update)
     return model

@@ -166,7 +166,7 @@ def test_rerun_completes_an_interrupted_run(generated):
         with open(path, "rb") as handle:
             contents[path] = handle.read()
     kept = {name: value for name, value in fingerprints(data_dir).items()
-            if "-train-" not in name}
+            if "-train" not in name}
     # An interruption while the train split was written: a shard missing, leftovers present.
     os.remove(train_paths[3])
     for leftover in (train_paths[3] + records.INCOMPLETE_SUFFIX,
@@ -181,7 +181,7 @@ def test_rerun_completes_an_interrupted_run(generated):
     assert records.all_exist(train_paths)
     assert not [name for name in os.listdir(data_dir) if name.endswith(".incomplete")]
     assert {name: value for name, value in fingerprints(data_dir).items()
-            if "-train-" not in name} == kept
+            if "-train" not in name} == kept
     for path in train_paths:  # same vocabulary, same shuffle seed: the same shards again
         with open(path, "rb") as handle:
             assert handle.read() == contents[path], path

@@ -67,8 +67,11 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(data_dir, tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait()
 
+    assert (output_dir / "t2t_lite.lock").exists()  # the killed trainer could not release it
     code, resumed = run(trainer_command(data_dir, output_dir, 40))
     assert code == 0, resumed
+    assert "taking over the lock" in resumed and f"pid {process.pid}" in resumed
+    assert not (output_dir / "t2t_lite.lock").exists()  # released at the end
     start = int(re.search(r"resuming from \S+model\.ckpt-(\d+)", resumed).group(1))
     assert 20 <= start < 40 and f"from step {start} to 40" in resumed
     after = losses_by_step(resumed)

@@ -1,0 +1,158 @@
+"""What the programs check before they start working, so that a mistake costs seconds and
+loses nothing: a second trainer on a locked folder, flags that must be positive, missing
+data, output paths that cannot be written, a checkpoint that does not exist; and a bug still
+shows its traceback."""
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
+         "max_length=22,min_length_bucket=22")
+
+
+def run(program, *flags):
+    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
+                            capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+def trainer_flags(data_dir, output_dir, steps=1):
+    return ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny", f"--hparams={SMALL}",
+            f"--data_dir={data_dir}", f"--output_dir={output_dir}", f"--train_steps={steps}",
+            "--eval_steps=1", "--eval_bleu_sentences=0", "--log_every_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(copy_task_data):
+    return copy_task_data(300, 20)
+
+
+@pytest.fixture(scope="module")
+def trained_dir(data_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("trained")
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, steps=2),
+                    "--save_checkpoints_steps=1")
+    assert code == 0, out
+    return output_dir
+
+
+def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(data_dir, tmp_path):
+    first = subprocess.Popen(
+        [sys.executable, "-m", "t2t_lite.bin.trainer",
+         *trainer_flags(data_dir, tmp_path, steps=1_000_000)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not (tmp_path / "t2t_lite.lock").exists():
+            assert first.poll() is None and time.time() < deadline, "the first never locked"
+            time.sleep(0.1)
+        code, out = run("trainer", *trainer_flags(data_dir, tmp_path))
+        assert code == 2, out
+        assert f"error: cannot train in --output_dir={tmp_path}" in out
+        assert f"pid {first.pid}" in out and "started" in out
+        assert first.poll() is None  # the first trains on
+        assert not list(tmp_path.glob("model.ckpt-1.*"))  # nor did the second write a step
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+
+def test_flags_that_must_be_positive_are_refused_before_anything_is_written(data_dir, tmp_path):
+    for flag in ("--train_steps=0", "--train_steps=-5", "--save_checkpoints_steps=0"):
+        code, out = run("trainer", *trainer_flags(data_dir, tmp_path / "out"), flag)
+        assert code != 0 and flag.split("=")[0] in out and "not a positive integer" in out, out
+    assert not (tmp_path / "out").exists()
+    code, out = run("avg_checkpoints", f"--output_dir={tmp_path}", "--num_last=0",
+                    f"--out={tmp_path}/avg/model.ckpt")
+    assert code != 0 and "--num_last" in out and not (tmp_path / "avg").exists(), out
+
+
+def test_missing_data_leaves_the_output_folder_untouched(tmp_path):
+    code, out = run("trainer", *trainer_flags(tmp_path / "no_data", tmp_path / "out"))
+    assert code == 2 and "error: no train data matches" in out, out
+    assert "Traceback" not in out
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_a_truncated_or_deleted_shard_is_refused_before_training(data_dir, tmp_path, damage):
+    damaged = tmp_path / "data"
+    shutil.copytree(data_dir, damaged)
+    shard = damaged / "algorithmic_copy-train-00003-of-00010"
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:100])
+    else:
+        shard.unlink()
+    code, out = run("trainer", *trainer_flags(damaged, tmp_path / "out"))
+    assert code == 2 and f"error: the shard {shard}" in out, out
+    assert "rerun t2t_lite-datagen --problem=algorithmic_copy" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_record_damaged_after_the_check_is_named_by_the_trainer(data_dir, tmp_path,
+                                                                  monkeypatch):
+    """A shard that breaks while training runs (the check before training passed): TensorFlow's
+    DataLossError names no file; the trainer's error names the shard."""
+    from t2t_lite import registry
+    from t2t_lite.data.problem import DataError, Problem
+    from t2t_lite.training import trainer
+    damaged = tmp_path / "data"
+    shutil.copytree(data_dir, damaged)
+    shard = damaged / "algorithmic_copy-train-00001-of-00010"
+    content = bytearray(shard.read_bytes())
+    content[len(content) // 2] ^= 0xFF
+    shard.write_bytes(bytes(content))
+    monkeypatch.setattr(Problem, "check_data", lambda *args, **kwargs: None)
+    hparams = registry.hparams("transformer_tiny").override_from_string(SMALL)
+    with pytest.raises(DataError, match=f"the shard {shard} is damaged"):
+        trainer.train("algorithmic_copy", "transformer", hparams, str(damaged),
+                      str(tmp_path / "out"), trainer.RunConfig(train_steps=200, eval_steps=0))
+
+
+def test_an_output_dir_that_is_a_file_names_the_flag(data_dir, tmp_path):
+    (tmp_path / "taken").write_text("a file")
+    code, out = run("trainer", *trainer_flags(data_dir, tmp_path / "taken"))
+    assert code == 2 and f"error: --output_dir={tmp_path / 'taken'} is a file" in out, out
+
+
+def test_decode_to_file_in_a_new_folder_is_created_and_a_bad_one_refused_first(
+        data_dir, trained_dir, tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("3 7 1\n2 2\n")
+    target = tmp_path / "new" / "folder" / "out.txt"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    f"--decode_from_file={source}", f"--decode_to_file={target}")
+    assert code == 0, out
+    assert len(target.read_text().splitlines()) == 2
+    (tmp_path / "a_file").write_text("")
+    # No checkpoint in --output_dir either: the output path is checked before the model loads.
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={tmp_path}",
+                    "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
+                    f"--decode_from_file={source}",
+                    f"--decode_to_file={tmp_path / 'a_file' / 'out.txt'}")
+    assert code == 2 and "error: --decode_to_file=" in out and "is a file" in out, out
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    f"--decode_from_file={tmp_path / 'missing.txt'}")
+    assert code == 2 and f"error: cannot read {tmp_path / 'missing.txt'}" in out, out
+
+
+def test_a_checkpoint_path_that_does_not_exist_lists_those_that_do(data_dir, trained_dir):
+    wrong = f"{trained_dir}/model.ckpt-7"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    f"--checkpoint_path={wrong}", "--decode_from_file=/dev/null")
+    assert code == 2 and f"error: --checkpoint_path={wrong}: no such checkpoint" in out, out
+    assert f"{trained_dir}/model.ckpt-1, {trained_dir}/model.ckpt-2" in out
+
+
+def test_a_bug_keeps_its_traceback():
+    """User errors are one `error:` line (the tests above); anything else is a bug to report."""
+    program = ("from t2t_lite.bin import common\ndef main(argv):\n    raise ValueError('a bug')\n"
+               "common.run_main(main)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1 and "Traceback" in result.stderr
+    assert "ValueError: a bug" in result.stderr and "error: a bug" not in result.stderr

@@ -1,0 +1,64 @@
+"""OutputLock: one writer per folder, on any TensorFlow file system; a dead holder's lock is
+taken over, a live one refuses the second writer by name."""
+import json
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from t2t_lite import output_lock
+from t2t_lite.errors import UserError
+from t2t_lite.output_lock import OutputLock, OutputLockedError
+
+
+def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
+    with OutputLock.of_folder(str(tmp_path)) as first:
+        with pytest.raises(OutputLockedError) as refused:
+            OutputLock.of_folder(str(tmp_path), f"train in --output_dir={tmp_path}").acquire()
+        message = str(refused.value)
+        assert f"cannot train in --output_dir={tmp_path}" in message
+        assert f"pid {first.holder['pid']}" in message and first.holder["host"] in message
+        assert first.holder["started"] in message
+        assert isinstance(refused.value, UserError)
+    assert not (tmp_path / output_lock.LOCK_NAME).exists()
+    with OutputLock.of_folder(str(tmp_path)):  # free again
+        pass
+
+
+def test_the_lock_of_a_process_that_is_gone_is_taken_over(tmp_path):
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = OutputLock.of_folder(str(tmp_path)).holder | {"pid": int(ended.stdout)}
+    (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(dead))
+    with OutputLock.of_folder(str(tmp_path)) as taken:
+        held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
+        assert held["token"] == taken.holder["token"]
+
+
+def test_a_reused_pid_does_not_keep_a_lock(tmp_path):
+    """Our own pid, but another start time: the holder is gone and the number reused."""
+    holder = OutputLock.of_folder(str(tmp_path)).holder
+    if holder["start_ticks"] is None:
+        pytest.skip("no /proc on this system")
+    (tmp_path / output_lock.LOCK_NAME).write_text(
+        json.dumps(holder | {"start_ticks": holder["start_ticks"] - 1, "token": "old"}))
+    with OutputLock.of_folder(str(tmp_path)):
+        pass
+
+
+def test_a_lock_from_another_host_is_refused_and_says_what_to_delete(tmp_path):
+    other = OutputLock.of_folder(str(tmp_path)).holder | {"host": "elsewhere", "pid": 1}
+    (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(other))
+    with pytest.raises(OutputLockedError, match="host elsewhere.*delete the lock file"):
+        OutputLock.of_folder(str(tmp_path)).acquire()
+
+
+def test_the_lock_works_on_tensorflows_in_memory_file_system():
+    folder = "ram://output_lock_test/run"
+    tf.io.gfile.makedirs(folder)
+    with OutputLock.of_folder(folder):
+        assert tf.io.gfile.exists(f"{folder}/{output_lock.LOCK_NAME}")
+        with pytest.raises(OutputLockedError):
+            OutputLock.of_folder(folder).acquire()
+    assert not tf.io.gfile.exists(f"{folder}/{output_lock.LOCK_NAME}")
