@@ -5,19 +5,14 @@ dataclass with a documented field per key; the names are tensor2tensor's so that
 `--hparams="num_hidden_layers=2,learning_rate_warmup_steps=400"` means what it meant there.
 """
 import dataclasses
-import difflib
 import typing
 from typing import Tuple
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, unknown_name_message
+from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 
-LEARNING_RATE_FACTORS = (
-    "constant",            # learning_rate_constant
-    "linear_warmup",       # min(1, step / warmup)
-    "rsqrt_decay",         # rsqrt(max(step, warmup))
-    "rsqrt_hidden_size",   # hidden_size ** -0.5
-    "noam",                # the paper's §5.3: d^-0.5 * min(step^-0.5, step * warmup^-1.5)
-)
+# The allowed values of the hparams below. The layers read the first two from here
+# (layers/sublayer.py, layers/timing_signal.py): imports go from hparams_lib to layers.
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("float32", "bfloat16", "float16")
@@ -85,9 +80,9 @@ class HParams:
     length_bucket_step: float = 1.1
     # "longer": t2t's, an example's length is the longer of source and target, one batch shape
     # per bucket (XLA compiles once per bucket). "each": source and target lengths bucketed
-    # separately on the same boundaries: on Multi30k 0.6% padding instead of 6.8%, but a batch
-    # shape per pair of buckets (~300): for training without XLA. "auto": the trainer picks
-    # "each" when its step runs without XLA (8% faster on a CPU) and "longer" under XLA.
+    # separately on the same boundaries: less padding, but a batch shape per pair of buckets
+    # (~300): for training without XLA. "auto": the trainer picks "each" when its step runs
+    # without XLA (faster on a CPU) and "longer" under XLA. Measurements: benchmarks/README.md.
     length_bucketing: str = "auto"
 
     def __post_init__(self):
@@ -195,10 +190,8 @@ def parse_overrides(overrides: str, hparams: HParams) -> dict:
             raise HParamsError(f"hparams override {item!r}: expected name=value")
         name, text = (part.strip() for part in item.split("=", 1))
         if name not in types:
-            close = difflib.get_close_matches(name, list(types), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise HParamsError(f"hparams override: unknown hparam {name!r}.{hint} "
-                               f"Known hparams: {', '.join(sorted(types))}")
+            raise HParamsError("hparams override: " + unknown_name_message(
+                "hparam", name, types, "Known hparams"))
         changes[name] = _parse_value(name, text, types[name])
     return changes
 

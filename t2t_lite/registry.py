@@ -4,10 +4,9 @@ A user adds a problem, model or hparams set in one file with a decorator and sel
 with a flag. The built-in ones live in the packages `t2t_lite.problems` and `t2t_lite.hparams`
 (the top-level folders `problems/` and `hparams/`) and are imported once, on the first lookup.
 """
-import difflib
 import importlib
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, unknown_name_message
 
 BUILT_IN_PACKAGES = ("t2t_lite.problems", "t2t_lite.hparams", "t2t_lite.models")
 
@@ -44,10 +43,7 @@ def _register(table, kind, name, value):
 def _lookup(table, kind, name):
     _load_built_ins()
     if name not in table:
-        close = difflib.get_close_matches(name, list(table), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise RegistryError(f"unknown {kind} {name!r}.{hint} Registered {kind}s: "
-                            f"{', '.join(sorted(table)) or '(none)'}")
+        raise RegistryError(unknown_name_message(kind, name, table, f"Registered {kind}s"))
     return table[name]
 
 

@@ -11,17 +11,17 @@ A sequence is a string of operations applied left to right ("none" for no operat
 """
 import keras
 
+from t2t_lite.hparams_lib import SUBLAYER_OPERATIONS
 from t2t_lite.layers.dropout import Dropout
-
-OPERATIONS = "nda"
 
 
 def _operations(sequence):
     operations = "" if sequence == "none" else sequence
-    unknown = set(operations) - set(OPERATIONS)
+    unknown = set(operations) - set(SUBLAYER_OPERATIONS)
     if unknown:
         raise ValueError(f"sequence {sequence!r}: unknown operations {sorted(unknown)}; use "
-                         f"'none' or letters of {OPERATIONS!r} (n: norm, d: dropout, a: add)")
+                         f"'none' or letters of {SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, "
+                         "a: add)")
     return operations
 
 

@@ -15,8 +15,14 @@ import math
 import keras
 from keras import ops
 
-FORMS = ("concat", "interleaved")
+from t2t_lite.hparams_lib import TIMING_SIGNALS
+
 MAX_TIMESCALE = 1.0e4
+
+
+def _check_form(form):
+    if form not in TIMING_SIGNALS:
+        raise ValueError(f"timing signal form {form!r}: expected one of {TIMING_SIGNALS}")
 
 
 def _inverse_timescales(channels, form):
@@ -45,8 +51,7 @@ def timing_signal(length, channels, form="concat", start_position=0):
     Returns:
         float32 tensor [length, channels].
     """
-    if form not in FORMS:
-        raise ValueError(f"timing signal form {form!r}: expected one of {FORMS}")
+    _check_form(form)
     positions = ops.cast(ops.arange(length), "float32") + ops.cast(start_position, "float32")
     scaled_time = positions[:, None] * _inverse_timescales(channels, form)[None, :]
     if form == "concat":
@@ -74,8 +79,7 @@ class AddTimingSignal(keras.layers.Layer):
 
     def __init__(self, form="concat", **kwargs):
         super().__init__(**kwargs)
-        if form not in FORMS:
-            raise ValueError(f"timing signal form {form!r}: expected one of {FORMS}")
+        _check_form(form)
         self.form = form
 
     def call(self, x, start_position=0):

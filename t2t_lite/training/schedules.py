@@ -1,4 +1,5 @@
-"""Learning-rate schedules as products of named factors, as tensor2tensor's `learning_rate.py`.
+"""Learning-rate schedules as products of named factors (t2t_lite/learning_rate_factors.py), as
+tensor2tensor's `learning_rate.py`.
 
     transformer_base_v1:  constant * noam
         = 1.0 * d^-0.5 * min(step^-0.5, step * warmup^-1.5)            (paper §5.3, eq. 3)
@@ -13,21 +14,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite.hparams_lib import HParams
-
-
-def learning_rate_factor(name: str, step, hparams):
-    warmup = tf.cast(hparams.learning_rate_warmup_steps, tf.float32)
-    if name == "constant":
-        return tf.constant(hparams.learning_rate_constant, tf.float32)
-    if name == "linear_warmup":
-        return tf.minimum(1.0, step / warmup)
-    if name == "rsqrt_decay":
-        return tf.math.rsqrt(tf.maximum(step, warmup))
-    if name == "rsqrt_hidden_size":
-        return tf.constant(hparams.hidden_size ** -0.5, tf.float32)
-    if name == "noam":
-        return hparams.hidden_size ** -0.5 * tf.minimum(tf.math.rsqrt(step), step * warmup ** -1.5)
-    raise ValueError(f"unknown learning-rate factor {name!r}")
+from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 
 
 def learning_rate(step, hparams):
@@ -35,7 +22,7 @@ def learning_rate(step, hparams):
     step = tf.cast(step, tf.float32)
     rate = tf.constant(1.0, tf.float32)
     for name in hparams.learning_rate_schedule:
-        rate *= learning_rate_factor(name, step, hparams)
+        rate *= LEARNING_RATE_FACTORS[name](step, hparams)
     return rate
 
 

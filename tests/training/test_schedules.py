@@ -3,6 +3,8 @@ import math
 import pytest
 
 from t2t_lite import registry
+from t2t_lite.hparams_lib import HParams
+from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 from t2t_lite.training.schedules import LearningRateSchedule, learning_rate
 
 
@@ -13,6 +15,22 @@ def paper_rate(step, d=512, warmup=4000):
 
 def t2t_v3_rate(step, d=512, warmup=8000, constant=2.0):
     return constant * min(1.0, step / warmup) * max(step, warmup) ** -0.5 * d ** -0.5
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("constant", 2.0),
+    ("linear_warmup", 0.025),                      # 100 / 4000
+    ("rsqrt_decay", 0.0158114),                    # max(100, 4000)^-0.5
+    ("rsqrt_hidden_size", 0.0441942),              # 512^-0.5
+    ("noam", 1.74693e-5),                          # 512^-0.5 * min(100^-0.5, 100 * 4000^-1.5)
+])
+def test_each_factor_by_hand_at_step_100(name, expected):
+    hparams = HParams(hidden_size=512, learning_rate_warmup_steps=4000,
+                      learning_rate_constant=2.0)
+    assert float(LEARNING_RATE_FACTORS[name](100.0, hparams)) == pytest.approx(expected,
+                                                                                rel=1e-5)
+    assert float(learning_rate(100, hparams.replace(learning_rate_schedule=(name,)))) == (
+        pytest.approx(expected, rel=1e-5))
 
 
 @pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 10000, 100000])
