@@ -28,46 +28,73 @@ def shift_right(targets):
 
 
 class _TransformerLayer(keras.layers.Layer):
-    """Shared plumbing of the encoder and decoder layers: hparams config and sublayer factories."""
+    """What the encoder and decoder layers share: their arguments (EncoderLayer's docstring),
+    config and sublayer factories."""
 
-    def __init__(self, hparams, **kwargs):
+    def __init__(self, filter_size, num_heads, dropout=0.0, attention_dropout=0.0,
+                 relu_dropout=0.0, preprocess="n", postprocess="da", epsilon=1e-6,
+                 initializer_gain=1.0, **kwargs):
         super().__init__(**kwargs)
-        self.hparams = hparams
+        self.filter_size = filter_size
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.preprocess = preprocess
+        self.postprocess = postprocess
+        self.epsilon = epsilon
+        self.initializer_gain = initializer_gain
+
+    def _kernel_initializer(self):
+        # A new initializer per sublayer: an unseeded Keras initializer draws its seed when it
+        # is made, so sublayers sharing one would start from the same values.
+        return default_kernel_initializer(self.initializer_gain)
 
     def _attention(self, name):
-        hp = self.hparams
-        return MultiHeadAttention(hp.num_heads, hp.attention_dropout, name=name,
-                                  kernel_initializer=default_kernel_initializer(
-                                      hp.initializer_gain), dtype=self.dtype_policy)
+        return MultiHeadAttention(self.num_heads, self.attention_dropout, name=name,
+                                  kernel_initializer=self._kernel_initializer(),
+                                  dtype=self.dtype_policy)
 
     def _feed_forward(self):
-        hp = self.hparams
-        return FeedForward(hp.filter_size, hp.relu_dropout, name="feed_forward",
-                           kernel_initializer=default_kernel_initializer(hp.initializer_gain),
+        return FeedForward(self.filter_size, self.relu_dropout, name="feed_forward",
+                           kernel_initializer=self._kernel_initializer(),
                            dtype=self.dtype_policy)
 
     def _connection(self, name):
-        hp = self.hparams
-        return SublayerConnection(hp.layer_preprocess_sequence, hp.layer_postprocess_sequence,
-                                  hp.layer_prepostprocess_dropout, hp.norm_epsilon,
+        return SublayerConnection(self.preprocess, self.postprocess, self.dropout, self.epsilon,
                                   name=name, dtype=self.dtype_policy)
 
     def compute_output_shape(self, x_shape, *unused_shapes):
         return x_shape
 
     def get_config(self):
-        return {**super().get_config(), "hparams": self.hparams.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(HParams.from_dict(config.pop("hparams")), **config)
+        return {**super().get_config(), "filter_size": self.filter_size,
+                "num_heads": self.num_heads, "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout, "relu_dropout": self.relu_dropout,
+                "preprocess": self.preprocess, "postprocess": self.postprocess,
+                "epsilon": self.epsilon, "initializer_gain": self.initializer_gain}
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class EncoderLayer(_TransformerLayer):
     """§3.1 Encoder layer (Figure 1, left): multi-head self-attention, then the position-wise
     feed-forward network, each inside a residual SublayerConnection.
+
+    The depth d of the layer is its input's; the sublayers are made in `build`.
+
+    Args:
+        filter_size: d_ff, the inner depth of the feed-forward network (paper §3.3).
+        num_heads: h, the attention heads (§3.2.2); d must be divisible by it.
+        dropout: layer_prepostprocess_dropout, the rate of every "d" of the sublayer
+            connections (the residual dropout of §5.4). Default 0.
+        attention_dropout: the rate applied to the attention weights. Default 0.
+        relu_dropout: the rate applied inside the feed-forward network. Default 0.
+        preprocess: layer_preprocess_sequence, applied before each sublayer. Default "n".
+        postprocess: layer_postprocess_sequence, applied after each sublayer. Default "da"
+            (with "n", t2t's pre-norm; "none" / "dan" is the paper's post-norm).
+        epsilon: norm_epsilon, the epsilon of every layer norm. Default 1e-6.
+        initializer_gain: the scale of the Glorot-uniform initializer of every kernel (t2t's
+            uniform_unit_scaling). Default 1.
 
     Call arguments:
         x: [batch, length, d]; bias: padding_bias of the source; training: enables dropout;
@@ -101,6 +128,8 @@ class EncoderLayer(_TransformerLayer):
 class DecoderLayer(_TransformerLayer):
     """§3.1 Decoder layer (Figure 1, right): causal self-attention, attention over the encoder
     output, then the feed-forward network, each inside a residual SublayerConnection.
+
+    Args: those of EncoderLayer.
 
     Call arguments:
         x: [batch, target_length, d]; encoder_output: [batch, source_length, d];
@@ -164,6 +193,16 @@ class DecoderLayer(_TransformerLayer):
         return x, {**cache, "self_attention": self_attention_cache}
 
 
+def _layer_arguments(hparams):
+    """The arguments of EncoderLayer and DecoderLayer that hparams set."""
+    return dict(filter_size=hparams.filter_size, num_heads=hparams.num_heads,
+                dropout=hparams.layer_prepostprocess_dropout,
+                attention_dropout=hparams.attention_dropout, relu_dropout=hparams.relu_dropout,
+                preprocess=hparams.layer_preprocess_sequence,
+                postprocess=hparams.layer_postprocess_sequence, epsilon=hparams.norm_epsilon,
+                initializer_gain=hparams.initializer_gain)
+
+
 @register_model("transformer")
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class Transformer(keras.Model):
@@ -190,9 +229,9 @@ class Transformer(keras.Model):
         self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal")
         self.embedding_dropout = Dropout(hp.layer_prepostprocess_dropout,
                                          name="embedding_dropout")
-        self.encoder_stack = [EncoderLayer(hp, name=f"encoder_layer_{i}")
+        self.encoder_stack = [EncoderLayer(**_layer_arguments(hp), name=f"encoder_layer_{i}")
                                for i in range(hp.encoder_layers)]
-        self.decoder_stack = [DecoderLayer(hp, name=f"decoder_layer_{i}")
+        self.decoder_stack = [DecoderLayer(**_layer_arguments(hp), name=f"decoder_layer_{i}")
                                for i in range(hp.decoder_layers)]
         # t2t ends each stack with the preprocess sequence: the final layer norm of pre-norm.
         self.encoder_final = self._final_process("encoder_final")

@@ -8,7 +8,8 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from t2t_lite import registry  # noqa: E402
-from t2t_lite.models.transformer import Transformer, shift_right  # noqa: E402
+from t2t_lite.models.transformer import (DecoderLayer, EncoderLayer, Transformer,  # noqa: E402
+                                         shift_right)
 
 VOCAB = 23
 # (layer_preprocess_sequence, layer_postprocess_sequence): transformer_base_v1 is post-norm,
@@ -114,6 +115,39 @@ def test_config_round_trip(model):
     # A JSON round trip turns tuples into lists; from_config restores them.
     config["hparams"]["learning_rate_schedule"] = list(config["hparams"]["learning_rate_schedule"])
     assert Transformer.from_config(config).hparams == model.hparams
+
+
+def test_layers_take_the_hparams_as_arguments_and_round_trip_their_config(model):
+    encoder_layer, decoder_layer = model.encoder_stack[0], model.decoder_stack[0]
+    config = encoder_layer.get_config()
+    assert {name: config[name] for name in (
+        "filter_size", "num_heads", "dropout", "attention_dropout", "relu_dropout",
+        "preprocess", "postprocess", "epsilon", "initializer_gain")} == {
+        "filter_size": 32, "num_heads": 2, "dropout": 0.1, "attention_dropout": 0.1,
+        "relu_dropout": 0.1, "preprocess": "n", "postprocess": "da", "epsilon": 1e-6,
+        "initializer_gain": 1.0}
+    x = tf.random.stateless_normal([2, 5, 16], seed=[1, 2])
+    memory = tf.random.stateless_normal([2, 4, 16], seed=[3, 4])
+    for layer, cls, inputs in ((encoder_layer, EncoderLayer, (x,)),
+                               (decoder_layer, DecoderLayer, (x, memory))):
+        clone = cls.from_config(layer.get_config())
+        clone(*inputs)
+        clone.set_weights(layer.get_weights())
+        np.testing.assert_allclose(clone(*inputs), layer(*inputs), atol=1e-6)
+
+
+def test_variable_paths_are_the_checkpoint_keys(model):
+    # Checkpoints are saved by variable path (training/, serving/): these names must not change.
+    paths = {variable.path.removeprefix("transformer/") for variable in model.weights}
+    assert {"shared_embedding/embeddings",
+            "encoder_layer_0/self_attention/query/kernel",
+            "encoder_layer_1/feed_forward/filter/kernel",
+            "encoder_layer_1/self_attention_connection/pre/norm_0/gamma",
+            "decoder_layer_1/encoder_decoder_attention/output/kernel",
+            "decoder_layer_0/encoder_decoder_connection/pre/norm_0/beta",
+            "decoder_layer_0/feed_forward/output/bias",
+            "encoder_final/norm_0/gamma", "decoder_final/norm_0/beta"} <= paths
+    assert len(paths) == len(model.weights)
 
 
 def test_runs_under_xla_with_dynamic_shapes():
