@@ -84,13 +84,3 @@ def test_bad_flags_give_one_clear_line(data_dir, tmp_path):
               "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
               expect_failure=True)
     assert "no checkpoint in" in out
-
-
-def test_a_checkpoint_from_other_hparams_is_named(data_dir, tmp_path):
-    output_dir = str(tmp_path / "train")
-    train(data_dir, output_dir, 1)
-    out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-              "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
-              f"--hparams={SMALL.replace('filter_size=64', 'filter_size=48')}",
-              expect_failure=True)
-    assert "feed_forward/filter/kernel" in out and "shape" in out
