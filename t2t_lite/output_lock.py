@@ -111,6 +111,15 @@ class OutputLock:
             return False
         return (self._read_holder() or {}).get("token") == self.holder["token"]
 
+    def refuse_if_held(self):
+        """Raises OutputLockedError now if a running program holds the lock, without writing
+        anything: a program calls it first, so that it is refused in seconds, before the
+        checks and preparations that come before `acquire`."""
+        holder = self._read_holder()
+        if holder and not (holder.get("host") == self.holder["host"]
+                           and not _is_running(holder)):
+            raise OutputLockedError(self._refusal(holder))
+
     def acquire(self):
         """Takes the lock, taking over one whose holder is gone; raises OutputLockedError if a
         running program holds it."""

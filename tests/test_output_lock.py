@@ -21,8 +21,11 @@ def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
         assert f"pid {first.holder['pid']}" in message and first.holder["host"] in message
         assert first.holder["started"] in message
         assert isinstance(refused.value, UserError)
+        with pytest.raises(OutputLockedError, match=f"pid {first.holder['pid']}"):
+            OutputLock.of_folder(str(tmp_path)).refuse_if_held()
     assert not (tmp_path / output_lock.LOCK_NAME).exists()
-    with OutputLock.of_folder(str(tmp_path)):  # free again
+    OutputLock.of_folder(str(tmp_path)).refuse_if_held()  # free again
+    with OutputLock.of_folder(str(tmp_path)):
         pass
 
 
@@ -31,6 +34,7 @@ def test_the_lock_of_a_process_that_is_gone_is_taken_over(tmp_path):
                            capture_output=True, text=True, check=True)
     dead = OutputLock.of_folder(str(tmp_path)).holder | {"pid": int(ended.stdout)}
     (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(dead))
+    OutputLock.of_folder(str(tmp_path)).refuse_if_held()  # a dead holder does not count
     with OutputLock.of_folder(str(tmp_path)) as taken:
         held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
         assert held["token"] == taken.holder["token"]
