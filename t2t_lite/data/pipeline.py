@@ -10,8 +10,9 @@ XLA compiles once per bucket instead of once per length.
 With hparams.length_bucketing="each", source and target lengths are bucketed separately on the
 same boundaries (a bucket per pair), and the batch size is still that of the longer side's
 bucket. An example whose target is two tokens shorter than its source no longer pads its
-target up to the source's length: on Multi30k, padding falls from 6.8% to 0.6% of the tokens,
-for ~300 batch shapes instead of ~20, which costs nothing without XLA. The trainer turns
+target up to the source's length: padding falls to a fraction (benchmarks/README.md,
+padding_fraction.py), for hundreds of batch shapes instead of tens, which costs nothing without
+XLA. The trainer turns
 length_bucketing="auto" into "each" without XLA and "longer" under XLA; elsewhere (evaluation,
 benchmarks) "auto" buckets as "longer".
 """
