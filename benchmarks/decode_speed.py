@@ -165,6 +165,8 @@ import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 from absl import logging  # noqa: E402
 
 from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding.search import SearchHParams  # noqa: E402
+from t2t_lite.run_description import saved_run  # noqa: E402
 from t2t_lite.training import trainer  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -189,7 +191,7 @@ peer = load_peer()
 
 # --compare's contestants: name -> what the table calls it, in the order each round runs them.
 CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
-                   " (XLA)" if decoder.DecodeHParams().jit_compile else ""),
+                   " (XLA)" if decoder.TranslatorHParams().jit_compile else ""),
                "t2t_lite_saved_model": "t2t_lite SavedModel",
                "t2t_lite_saved_model_xla": "t2t_lite SavedModel (XLA)",
                "onmt_infer": "onmt-main infer",
@@ -289,15 +291,15 @@ def compile_shapes(translator, encoders, sources) -> int:
 def measure(mode, problem):
     """One mode, in this process: {"compile_seconds", "seconds", "sentences_per_s", ...}."""
     beam_size, use_cache = MODES[mode]
-    run = decoder.saved_run(FLAGS.output_dir)
+    run = saved_run(FLAGS.output_dir)
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.output_dir)
     sources, references = test_sentences(problem)
     encoders = problem.feature_encoders(FLAGS.data_dir)
     translator = decoder.Translator(
-        model, encoders, decoder.DecodeHParams(batch_size=FLAGS.batch_size,
-                                               beam_size=beam_size, use_cache=use_cache),
-        problem.max_length)
+        model, encoders, SearchHParams(beam_size=beam_size, use_cache=use_cache),
+        problem.max_length,
+        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size))
     start = time.perf_counter()
     shapes = compile_shapes(translator, encoders, sources)
     compile_seconds = time.perf_counter() - start
@@ -369,20 +371,21 @@ def test_sentences(problem):
                  for name in ("inputs", "targets"))
 
 
-def decode_hparams(batch_size: int):
-    return decoder.DecodeHParams(batch_size=batch_size, beam_size=FLAGS.beam_size,
-                                 alpha=FLAGS.alpha)
+def make_translator(model, encoders, max_length: int, batch_size: int):
+    return decoder.Translator(model, encoders,
+                              SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),
+                              max_length,
+                              translator_hparams=decoder.TranslatorHParams(batch_size=batch_size))
 
 
 def t2t_lite_decoder_round(problem, sources: list):
     """t2t_lite-decoder's Translator: (outputs, result)."""
     start = time.perf_counter()
-    run = decoder.saved_run(FLAGS.t2t_lite_dir)
+    run = saved_run(FLAGS.t2t_lite_dir)
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.t2t_lite_dir, FLAGS.t2t_lite_checkpoint)
     encoders = problem.feature_encoders(FLAGS.data_dir)
-    translator = decoder.Translator(model, encoders, decode_hparams(FLAGS.batch_size),
-                                    problem.max_length)
+    translator = make_translator(model, encoders, problem.max_length, FLAGS.batch_size)
     shapes = compile_shapes(translator, encoders, sources)
     result = {"warmup_seconds": time.perf_counter() - start, "shapes": shapes}
 
@@ -390,7 +393,7 @@ def t2t_lite_decoder_round(problem, sources: list):
     outputs = translator.translate(sources, show_progress=False)
     result["seconds"] = time.perf_counter() - start
 
-    singles = decoder.Translator(model, encoders, decode_hparams(1), problem.max_length)
+    singles = make_translator(model, encoders, problem.max_length, 1)
     latency_sources = sources[:FLAGS.latency_sentences]
     start = time.perf_counter()
     compile_shapes(singles, encoders, latency_sources)

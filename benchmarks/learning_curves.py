@@ -21,8 +21,11 @@ import keras
 
 from t2t_lite.data import pipeline
 from t2t_lite.data.problem import DEV
+from t2t_lite import checkpoints
 from t2t_lite.decoding import decoder
-from t2t_lite.training import checkpoints, trainer
+from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.models.building import build_model
+from t2t_lite.training import trainer
 from t2t_lite.training.step import COUNTS, TrainingSteps
 
 CURVE_RECORD = "curve.json"
@@ -129,9 +132,9 @@ def t2t_lite_curve(points: list, problem, hparams, data_dir: str, sources: list,
     One model is built and each checkpoint restored into it, so the search compiles once."""
     if not points:
         return []
-    model = trainer.build_model("transformer", hparams, problem.vocab_size(data_dir))
+    model = build_model("transformer", hparams, problem.vocab_size(data_dir))
     translator = decoder.Translator(model, problem.feature_encoders(data_dir),
-                                    decoder.DecodeHParams(beam_size=1), problem.max_length)
+                                    SearchHParams(beam_size=1), problem.max_length)
     scored = []
     for point in points:
         checkpoints.restore(point["path"], model)

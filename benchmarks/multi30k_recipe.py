@@ -76,6 +76,7 @@ import tensorflow as tf  # noqa: E402
 from absl import logging  # noqa: E402
 
 from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 from t2t_lite.training import averaging, schedules, trainer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,7 +215,7 @@ def run_t2t_lite(problem, hparams, sources, references) -> dict:
     model = decoder.load_model("transformer", hparams, problem.vocab_size(data_dir()),
                                output_dir, averaged)
     translator = decoder.Translator(model, problem.feature_encoders(data_dir()),
-                                    decoder.DecodeHParams(beam_size=4, alpha=0.6),
+                                    SearchHParams(beam_size=4, alpha=0.6),
                                     problem.max_length)
     hypotheses = translator.translate(test_sources)
     decoder.write_lines(os.path.join(output_dir, "test_2016_flickr.beam4.en"), hypotheses)

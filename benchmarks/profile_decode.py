@@ -56,9 +56,11 @@ import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 
 from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding.search import SearchHParams  # noqa: E402
+from t2t_lite.run_description import saved_run  # noqa: E402
 
 PROBLEM = "translate_multi30k_deen"
-DECODE_DEFAULTS = decoder.DecodeHParams()
+SEARCH_DEFAULTS, TRANSLATOR_DEFAULTS = SearchHParams(), decoder.TranslatorHParams()
 # (group, operation type pattern, name pattern or None), first match wins; a group may have
 # several entries. TensorFlow's type names and oneDNN's (_MklMatMul, _MklBatchMatMulV2,
 # _MklFusedBatchMatMulV2, _MklSoftmax, _MklLayerNorm, ...).
@@ -94,12 +96,12 @@ flags.DEFINE_string("checkpoint", None, "The checkpoint to decode (default: <out
                     "averaged/model.ckpt if there, else the latest in --output_dir).")
 flags.DEFINE_integer("num_sentences", 128, "First test sentences decoded in each pass.",
                      lower_bound=1)
-flags.DEFINE_integer("batch_size", DECODE_DEFAULTS.batch_size, "Sentences per batch.",
+flags.DEFINE_integer("batch_size", TRANSLATOR_DEFAULTS.batch_size, "Sentences per batch.",
                      lower_bound=1)
-flags.DEFINE_integer("beam_size", DECODE_DEFAULTS.beam_size, "Beam size (1: greedy search).",
+flags.DEFINE_integer("beam_size", SEARCH_DEFAULTS.beam_size, "Beam size (1: greedy search).",
                      lower_bound=1)
-flags.DEFINE_float("alpha", DECODE_DEFAULTS.alpha, "Length penalty exponent.")
-flags.DEFINE_boolean("jit_compile", DECODE_DEFAULTS.jit_compile, "XLA-compile the search (the "
+flags.DEFINE_float("alpha", SEARCH_DEFAULTS.alpha, "Length penalty exponent.")
+flags.DEFINE_boolean("jit_compile", TRANSLATOR_DEFAULTS.jit_compile, "XLA-compile the search (the "
                      "profile then shows XLA clusters, not operations).")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.mark_flags_as_required(["data_dir", "output_dir"])
@@ -118,16 +120,16 @@ def checkpoint_path() -> str:
 def translator_and_sentences(problem):
     """The Translator of the model in --output_dir, as t2t_lite-decoder builds it, and the
     first --num_sentences test sentences."""
-    run = decoder.saved_run(FLAGS.output_dir)
+    run = saved_run(FLAGS.output_dir)
     if not run:
         raise ValueError(f"--output_dir={FLAGS.output_dir} has no hparams.json: train first")
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.output_dir, checkpoint_path())
-    decode_hparams = decoder.DecodeHParams(batch_size=FLAGS.batch_size,
-                                           beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                                           jit_compile=FLAGS.jit_compile)
-    translator = decoder.Translator(model, problem.feature_encoders(FLAGS.data_dir),
-                                    decode_hparams, problem.max_length)
+    translator = decoder.Translator(
+        model, problem.feature_encoders(FLAGS.data_dir),
+        SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), problem.max_length,
+        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
+                                                     jit_compile=FLAGS.jit_compile))
     path = problem.text_paths(FLAGS.data_dir, "test")["inputs"]
     return translator, decoder.read_lines(path)[:FLAGS.num_sentences]
 

@@ -11,6 +11,7 @@ import time
 import keras
 
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
 
@@ -31,7 +32,7 @@ def training_steps(hparams, vocab_size: int, jit_compile: bool) -> TrainingSteps
     """A fresh model (seed 1) and optimizer; `.model` is the Keras model."""
     keras.backend.clear_session()
     keras.utils.set_random_seed(1)
-    model = trainer.build_model("transformer", hparams, vocab_size)
+    model = build_model("transformer", hparams, vocab_size)
     return TrainingSteps(model, trainer.make_optimizer(hparams), hparams,
                          jit_compile=jit_compile)
 

@@ -36,6 +36,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from t2t_lite import registry  # noqa: E402
 from t2t_lite.errors import FlagError, UserError  # noqa: E402
+from t2t_lite.run_description import saved_run  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -76,7 +77,6 @@ def hparams_from_flags():
 def trained_run_from_flags():
     """(problem name, model name, hparams) of the model in --output_dir: from the flags when
     given, else from the hparams.json the trainer wrote there."""
-    from t2t_lite.decoding.decoder import saved_run
     run = saved_run(FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
@@ -88,10 +88,10 @@ def trained_run_from_flags():
 
 
 def decode_hparams_from_flags():
-    """--decode_hparams over the DecodeHParams defaults, type-checked."""
-    from t2t_lite.decoding.search import DecodeHParams
-    from t2t_lite.hparams_lib import parse_overrides
-    return DecodeHParams(**parse_overrides(FLAGS.decode_hparams, DecodeHParams()))
+    """(SearchHParams, TranslatorHParams) of --decode_hparams over their defaults, type-checked;
+    each name goes to the settings that have it."""
+    from t2t_lite.decoding.decoder import parse_decode_hparams
+    return parse_decode_hparams(FLAGS.decode_hparams)
 
 
 def run_main(main):

@@ -33,11 +33,12 @@ def main(argv):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file (it "
                          "draws the first input lines with their translations)")
     problem, model_name, hparams = common.trained_run_from_flags()
-    decode_hparams = common.decode_hparams_from_flags()
+    search_hparams, translator_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.decode_from_file, FLAGS.decode_to_file,
-                             FLAGS.score_reference, decode_hparams, FLAGS.checkpoint_path,
-                             FLAGS.attention_dir, FLAGS.attention_sentences)
+                             FLAGS.score_reference, search_hparams, translator_hparams,
+                             FLAGS.checkpoint_path, FLAGS.attention_dir,
+                             FLAGS.attention_sentences)
 
 
 def run():

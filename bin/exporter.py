@@ -21,7 +21,8 @@ flags.DEFINE_string("checkpoint_path", None,
 flags.DEFINE_string("export_dir", None, "Where to write the SavedModel (for TensorFlow "
                     "Serving, a version folder such as models/NAME/1).")
 flags.DEFINE_string("decode_hparams", "", 'e.g. "beam_size=4,alpha=0.6,extra_length=50" '
-                    "(beam_size=1: greedy; its jit_compile is replaced by --export_jit_compile).")
+                    "(beam_size=1: greedy; the decoder's batch_size and jit_compile do not apply: "
+                    "see --export_jit_compile).")
 flags.DEFINE_bool("export_jit_compile", False,
                   "Compile the search with XLA in the SavedModel (the server must support "
                   "XLA; off by default for portability).")
@@ -31,13 +32,15 @@ flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
 
 def main(argv):
     problem, model_name, hparams = common.trained_run_from_flags()
-    decode_hparams = common.decode_hparams_from_flags()
+    # The SavedModel searches each request as one batch, with --export_jit_compile: of
+    # --decode_hparams only the search's settings apply.
+    search_hparams, _ = common.decode_hparams_from_flags()
     export_dir = FLAGS.export_dir.rstrip("/")
     output_paths.prepare_parent_folder(export_dir, "export_dir")
     # Beside the SavedModel's folder, which stays empty until it is written whole.
     with OutputLock(export_dir + ".lock", f"write --export_dir={export_dir}"):
         checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
-                                   FLAGS.output_dir, export_dir, decode_hparams,
+                                   FLAGS.output_dir, export_dir, search_hparams,
                                    FLAGS.checkpoint_path, FLAGS.export_jit_compile,
                                    FLAGS.overwrite)
     print(f"exported {checkpoint} to {FLAGS.export_dir}")

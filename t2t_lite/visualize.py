@@ -1,4 +1,5 @@
-"""Pictures people look at: the attention of each head (below) and the learning-rate schedule.
+"""Pictures people look at: the attention of each head, and the PNG writing that the training
+summaries' learning-rate picture (training/summaries.py) shares.
 
 Attention pictures: what each head of each layer looks at (paper §3.2, and the "attention
 visualizations" of Figures 3-5 in the paper's appendix; the Annotated Transformer draws the same).
@@ -29,7 +30,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID, SentencePieceVocabulary  # noqa: E402
-from t2t_lite.training.schedules import learning_rate  # noqa: E402
 
 START_TOKEN = "<s>"
 EOS_TOKEN = "</s>"
@@ -177,24 +177,3 @@ def write_attention_pictures(model, encoders: dict, sentences: list, directory: 
             paths.append(path)
     return paths
 
-
-def write_learning_rate_picture(hparams, train_steps: int, path: str) -> str:
-    """A PNG of the hparams' learning rate over updates 1..train_steps (paper §5.3; t2t's
-    schedules), with the warmup's end and the peak marked: the picture to check before a long
-    run that the warmup fits it."""
-    steps = np.unique(np.linspace(1, max(train_steps, 2), 500).astype(np.int64))
-    rates = learning_rate(tf.constant(steps, tf.float32), hparams).numpy()
-    warmup = hparams.learning_rate_warmup_steps
-    figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(steps, rates)
-    if warmup <= steps[-1]:
-        axes.axvline(warmup, color="gray", linestyle=":", label=f"warmup {warmup:,} steps")
-    peak = int(np.argmax(rates))
-    axes.plot(steps[peak], rates[peak], "o", label=f"peak {rates[peak]:.3g} at step "
-                                                   f"{steps[peak]:,}")
-    axes.set(xlabel="update", ylabel="learning rate",
-             title=" * ".join(hparams.learning_rate_schedule))
-    axes.legend()
-    figure.tight_layout()
-    save_figure(figure, path)
-    return path

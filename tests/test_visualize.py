@@ -11,9 +11,9 @@ import matplotlib.image  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from t2t_lite import registry, visualize  # noqa: E402
+from t2t_lite import checkpoints, registry, visualize  # noqa: E402
 from t2t_lite.data.vocab import SentencePieceVocabulary, SymbolVocabulary  # noqa: E402
-from t2t_lite.training import checkpoints, trainer  # noqa: E402
+from t2t_lite.models.building import build_model  # noqa: E402
 
 TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=2"
 LAYERS, HEADS = 2, 2
@@ -24,7 +24,7 @@ ENCODERS = {"inputs": SYMBOLS, "targets": SYMBOLS}
 @pytest.fixture(scope="module")
 def model():
     hparams = registry.hparams("transformer_tiny").override_from_string(TINY)
-    return trainer.build_model("transformer", hparams, SYMBOLS.vocab_size)
+    return build_model("transformer", hparams, SYMBOLS.vocab_size)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,12 @@
 
 Lines are sorted by length into batches (less padding), decoded, and written back in input
 order, one output line per input line, as t2t's `decode_from_file` did.
+
+t2t's --decode_hparams set both what the search does (search.SearchHParams) and how the
+Translator batches and compiles it (TranslatorHParams); parse_decode_hparams gives each name to
+the settings it belongs to.
 """
-import json
+import dataclasses
 import os
 import sys
 
@@ -12,31 +16,48 @@ import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import output_paths, registry
+from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.decoding.search import DecodeHParams, search
-from t2t_lite.hparams_lib import HParams
-from t2t_lite.training import checkpoints, trainer
+from t2t_lite.decoding.search import SearchHParams, search
+from t2t_lite.hparams_lib import parse_overrides
+from t2t_lite.models.building import build_model
 from t2t_lite.progress import progress_bar
 
 
-def saved_run(output_dir: str) -> dict:
-    """The problem, model and hparams the trainer recorded in output_dir (or {})."""
-    path = os.path.join(output_dir, trainer.HPARAMS_FILE)
-    if not os.path.exists(path):
-        return {}
-    with open(path) as handle:
-        description = json.load(handle)
-    description["hparams"] = HParams.from_dict(description["hparams"])
-    return description
+@dataclasses.dataclass(frozen=True)
+class TranslatorHParams:
+    """How the Translator runs the search, the rest of t2t's --decode_hparams. batch_size:
+    sentences per batch. jit_compile: the search compiled with XLA, with fixed-size caches and
+    batches padded to a few shapes (off by default: on a CPU the growing caches without XLA
+    are faster, benchmarks/decode_speed.py)."""
+    batch_size: int = 32
+    jit_compile: bool = False
+
+
+DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
+
+
+def parse_decode_hparams(overrides: str = "") -> tuple:
+    """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
+    "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
+    to the settings that have it; an unknown name or a bad value is an HParamsError that lists
+    the names of both."""
+    # One namespace of both settings' fields (their names differ), for the typed parsing.
+    every_name = dataclasses.make_dataclass("DecodeHParams", [
+        (field.name, field.type, dataclasses.field(default=field.default))
+        for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
+    values = parse_overrides(overrides, every_name())
+    return tuple(kind(**{field.name: values[field.name] for field in dataclasses.fields(kind)
+                         if field.name in values})
+                 for kind in DECODE_HPARAMS_KINDS)
 
 
 def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
                checkpoint_path: str = None):
     """Builds the model and restores `checkpoint_path` (default: the latest in output_dir)."""
     checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
-    model = trainer.build_model(model_name, hparams, vocab_size)
+    model = build_model(model_name, hparams, vocab_size)
     checkpoints.restore(checkpoint_path, model)
     logging.info("restored %s", checkpoint_path)
     return model
@@ -45,10 +66,10 @@ def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
 class Translator:
     """Text in, text out: encode, batch by length, search, decode.
 
-    Lines are sorted by length into batches of `batch_size` (less padding) and the results put
-    back in input order. With XLA (decode_hparams.jit_compile), every batch is padded to
-    `batch_size` rows and its length rounded up to a multiple of LENGTH_MULTIPLE, so that the
-    search compiles for a few shapes only.
+    Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
+    the results put back in input order. With XLA (translator_hparams.jit_compile), every batch
+    is padded to batch_size rows and its length rounded up to a multiple of LENGTH_MULTIPLE, and
+    the search keeps fixed shapes, so that it compiles for a few shapes only.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
     cannot encode gives an empty translation and a warning naming it, and a line longer than
     `max_input_length` tokens is cut to that length (with EOS) with a warning.
@@ -56,19 +77,23 @@ class Translator:
 
     LENGTH_MULTIPLE = 16
 
-    def __init__(self, model, encoders: dict, decode_hparams: DecodeHParams = None,
-                 max_input_length: int = None, source_name: str = "input"):
+    def __init__(self, model, encoders: dict, search_hparams: SearchHParams = None,
+                 max_input_length: int = None, source_name: str = "input",
+                 translator_hparams: TranslatorHParams = None):
         self.model = model
         self.encoders = encoders
-        self.decode_hparams = decode_hparams or DecodeHParams()
+        self.search_hparams = search_hparams or SearchHParams()
+        self.translator_hparams = translator_hparams or TranslatorHParams()
         self.max_input_length = max_input_length
         self.source_name = source_name
         # One trace for every batch shape (XLA still compiles each shape it meets).
-        self._search = tf.function(self._search_batch, jit_compile=self.decode_hparams.jit_compile,
+        self._search = tf.function(self._search_batch,
+                                   jit_compile=self.translator_hparams.jit_compile,
                                    input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
     def _search_batch(self, inputs):
-        return search(self.model, inputs, self.decode_hparams)
+        return search(self.model, inputs, self.search_hparams,
+                      fixed_shapes=self.translator_hparams.jit_compile)
 
     def encode(self, number: int, line: str):
         """Source ids ending with EOS, or None for a line that gets an empty translation."""
@@ -96,14 +121,14 @@ class Translator:
         todo = sorted((i for i, ids in enumerate(encoded) if ids is not None),
                       key=lambda i: len(encoded[i]))
         outputs, scores = [""] * len(lines), [None] * len(lines)
-        batch_size = self.decode_hparams.batch_size
+        batch_size = self.translator_hparams.batch_size
         with progress_bar("decoding", total=len(todo), unit="sentences",
                           disable=not show_progress) as bar:
             for start in range(0, len(todo), batch_size):
                 indices = todo[start:start + batch_size]
                 rows = [encoded[i] for i in indices]
                 length = max(map(len, rows))
-                if self.decode_hparams.jit_compile:  # few shapes, few compilations
+                if self.translator_hparams.jit_compile:  # few shapes, few compilations
                     rows += [[EOS_ID]] * (batch_size - len(rows))
                     length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
                 batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
@@ -162,7 +187,8 @@ def write_lines(path: str, lines: list):
 
 def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      output_dir: str, decode_from: str = None, decode_to: str = None,
-                     reference: str = None, decode_hparams: DecodeHParams = DecodeHParams(),
+                     reference: str = None, search_hparams: SearchHParams = SearchHParams(),
+                     translator_hparams: TranslatorHParams = TranslatorHParams(),
                      checkpoint_path: str = None, attention_dir: str = None,
                      attention_sentences: int = 5):
     """Translates every line of `decode_from`; with `attention_dir`, draws the attention of the
@@ -182,8 +208,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     encoders = problem.feature_encoders(data_dir)
     model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                        checkpoint_path)
-    translator = Translator(model, encoders, decode_hparams, problem.max_length,
-                            decode_from or "stdin")
+    translator = Translator(model, encoders, search_hparams, problem.max_length,
+                            decode_from or "stdin", translator_hparams)
     outputs = translator.translate(lines)
     write_lines(decode_to, outputs)
     if attention_dir:

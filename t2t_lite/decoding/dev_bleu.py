@@ -12,7 +12,8 @@ from absl import logging
 
 from t2t_lite.data import pipeline
 from t2t_lite.data.problem import DEV
-from t2t_lite.decoding.decoder import DecodeHParams, Translator, score
+from t2t_lite.decoding.decoder import Translator, score
+from t2t_lite.decoding.search import SearchHParams
 
 
 class DevBleu(keras.callbacks.Callback):
@@ -43,7 +44,7 @@ class DevBleu(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.translator is None:
             self.translator = Translator(self.model.model, self.encoders,
-                                         DecodeHParams(beam_size=1))
+                                         SearchHParams(beam_size=1))
         hypotheses = self.translator.translate(self.sources, show_progress=False)
         scores = score(hypotheses, self.references)
         step = int(self.model.optimizer.iterations.numpy())

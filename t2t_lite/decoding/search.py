@@ -32,18 +32,15 @@ NEG_INF = -1e9
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodeHParams:
-    """t2t's --decode_hparams. beam_size 4 and alpha 0.6 are the paper's (§6.1); beam_size=1
-    is greedy search. extra_length: tokens allowed past the input length (the paper's 50).
-    batch_size: sentences per batch. use_cache: incremental decoding (off only to measure it).
-    jit_compile: the search compiled with XLA, with fixed-size caches (off by default: on a CPU
-    the growing caches without XLA are faster, benchmarks/decode_speed.py)."""
-    batch_size: int = 32
+class SearchHParams:
+    """What the search does, the search's part of t2t's --decode_hparams (the decoder's batching
+    and XLA are decoder.TranslatorHParams). beam_size 4 and alpha 0.6 are the paper's (§6.1);
+    beam_size=1 is greedy search. extra_length: tokens allowed past the input length (the
+    paper's 50). use_cache: incremental decoding (off only to measure it)."""
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
     use_cache: bool = True
-    jit_compile: bool = False
 
 
 def length_penalty(length, alpha):
@@ -358,11 +355,12 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     return best_seq[:, 1:], best_score
 
 
-def search(model, inputs, decode_hparams: DecodeHParams):
-    """The search decode_hparams asks for: beam search, or greedy search for beam_size 1."""
-    hp = decode_hparams
+def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = False):
+    """The search search_hparams asks for: beam search, or greedy search for beam_size 1.
+    fixed_shapes for a search compiled with XLA (the caller's jit_compile)."""
+    hp = search_hparams
     if hp.beam_size > 1:
         return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length, hp.use_cache,
-                           fixed_shapes=hp.jit_compile)
+                           fixed_shapes=fixed_shapes)
     return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
-                         fixed_shapes=hp.jit_compile)
+                         fixed_shapes=fixed_shapes)

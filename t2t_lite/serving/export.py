@@ -9,7 +9,7 @@ to run the vocabulary in Python before and after every request. Here the graph h
       -> vocabulary.encode_in_graph of those rows (tensorflow-text's SentencePiece op, or the
          symbol split)
       -> truncate to problem.max_length tokens, EOS last, pad with 0
-      -> decoding.search.search (the decoder's beam or greedy search, same decode_hparams)
+      -> decoding.search.search (the decoder's beam or greedy search, same SearchHParams)
       -> vocabulary.decode_in_graph (cut at EOS, drop PAD, detokenize)
       -> every row back in its place
     outputs: {"outputs": string [batch], "scores": float32 [batch]}
@@ -21,17 +21,17 @@ Serving's REST API writes it as -Infinity, which Python's json module reads). A 
 longer than max_length tokens (EOS included) is cut to that length, as the decoder cuts it.
 
 A request is translated as one batch (t2t's serving input also batched whatever the client
-sent); the decoder's batch_size does not apply.
+sent); the decoder's TranslatorHParams (batch_size, jit_compile) do not apply.
 
 XLA: by default the search is not XLA-compiled in the SavedModel, because TensorFlow Serving
 runs XLA on CPU only when started with --xla_cpu_compilation_enabled=true, and without XLA the
 search is faster on a CPU (benchmarks/decode_speed.py --compare). The exporter's `jit_compile`
-replaces decode_hparams.jit_compile (the decoder's XLA switch). `jit_compile=True` compiles the
-search (not the string ops, which XLA cannot compile) for servers that have XLA. Single ops of
-the tf2xla family ("Xla*", e.g. the XlaDynamicUpdateSlice that Keras' `ops.slice_update`
-becomes) also need XLA to run; the search avoids them (its caches grow by concatenation, or
-with XLA are written with masks), and `ops_needing_xla` lists any that appear, with a warning
-at export.
+stands for the decoder's TranslatorHParams.jit_compile (its XLA switch): `jit_compile=True`
+compiles the search, with fixed shapes (not the string ops, which XLA cannot compile), for
+servers that have XLA. Single ops of the tf2xla family ("Xla*", e.g. the XlaDynamicUpdateSlice
+that Keras' `ops.slice_update` becomes) also need XLA to run; the search avoids them (its
+caches grow by concatenation, or with XLA are written with masks), and `ops_needing_xla` lists
+any that appear, with a warning at export.
 
 Loading a SavedModel of a SentencePiece problem needs tensorflow-text's ops registered:
 `import tensorflow_text` in Python; TensorFlow Serving's model server links a (pinned) version
@@ -43,12 +43,12 @@ import json
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import registry
+from t2t_lite import checkpoints, registry
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
-from t2t_lite.decoding.search import search
+from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.errors import UserError
-from t2t_lite.training import checkpoints, trainer
+from t2t_lite.run_description import save_run_description
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
 TEMPORARY_SUFFIX = ".tmp"
@@ -73,11 +73,11 @@ class ServingModule(tf.Module):
     """What the SavedModel holds: the model's weights, the vocabularies and `serve`.
 
     Keras 3 keeps the encoder and decoder stacks in Python lists that TensorFlow's object graph
-    does not follow (training/checkpoints.py), so every weight is tracked here by its Keras
+    does not follow (t2t_lite/checkpoints.py), so every weight is tracked here by its Keras
     path; otherwise the saved graph would capture weights the SavedModel cannot restore.
     """
 
-    def __init__(self, model, encoders: dict, decode_hparams, max_length: int,
+    def __init__(self, model, encoders: dict, search_hparams: SearchHParams, max_length: int,
                  jit_compile: bool = False):
         super().__init__(name="serving")
         self.model_variables = checkpoints.model_variables(model)
@@ -87,10 +87,10 @@ class ServingModule(tf.Module):
         self._model = model
         self._encoders = encoders
         self._max_length = max_length
-        # The search's shapes follow its compilation (search.DecodeHParams.jit_compile).
-        decode_hparams = dataclasses.replace(decode_hparams, jit_compile=jit_compile)
-        self._search = tf.function(lambda inputs: search(self._model, inputs, decode_hparams),
-                                   jit_compile=jit_compile)
+        # Under XLA the search keeps fixed shapes, as the decoder's does.
+        self._search = tf.function(
+            lambda inputs: search(self._model, inputs, search_hparams, fixed_shapes=jit_compile),
+            jit_compile=jit_compile)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):
@@ -150,8 +150,9 @@ def ops_needing_xla(export_dir: str) -> list:
 
 
 def export(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-           export_dir: str, decode_hparams=decoder.DecodeHParams(), checkpoint_path: str = None,
-           jit_compile: bool = False, overwrite: bool = False) -> str:
+           export_dir: str, search_hparams: SearchHParams = SearchHParams(),
+           checkpoint_path: str = None, jit_compile: bool = False,
+           overwrite: bool = False) -> str:
     """Exports the checkpoint (default: the latest in output_dir) as a SavedModel with the
     "serving_default" signature, and hparams.json beside it; returns the checkpoint path."""
     check_export_dir(export_dir, overwrite)
@@ -160,16 +161,14 @@ def export(problem_name: str, model_name: str, hparams, data_dir: str, output_di
     checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(output_dir)
     model = decoder.load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                                checkpoint_path)
-    module = ServingModule(model, encoders, decode_hparams, problem.max_length, jit_compile)
+    module = ServingModule(model, encoders, search_hparams, problem.max_length, jit_compile)
 
     def write_description(folder):
-        trainer.save_run_description(folder, problem_name, model_name, hparams)
+        save_run_description(folder, problem_name, model_name, hparams)
 
     save_atomically(module, export_dir, write_description)
-    search_hparams = {name: value for name, value in dataclasses.asdict(decode_hparams).items()
-                      if name not in ("batch_size", "jit_compile")}
     logging.info("exported %s to %s (%s, XLA %s)", checkpoint_path, export_dir,
-                 json.dumps(search_hparams), "on" if jit_compile else "off")
+                 json.dumps(dataclasses.asdict(search_hparams)), "on" if jit_compile else "off")
     xla_ops = ops_needing_xla(export_dir)
     if xla_ops and not jit_compile:
         logging.warning("the SavedModel uses %s, which TensorFlow runs by compiling it with XLA: "

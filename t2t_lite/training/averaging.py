@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.training import trainer
-from t2t_lite.training.checkpoints import CheckpointError
+from t2t_lite.checkpoints import CheckpointError
+from t2t_lite.run_description import HPARAMS_FILE
 
 MODEL_PREFIX = "model/"
 VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -94,8 +94,8 @@ def _write_atomically(values: dict, out_path: str):
 def _keep_run_description(output_dir: str, out_path: str):
     """Copies output_dir's hparams.json beside the result when it goes to a folder without
     one, so that either folder serves as the decoder's --output_dir."""
-    source = os.path.join(output_dir, trainer.HPARAMS_FILE)
-    target = os.path.join(os.path.dirname(os.path.abspath(out_path)), trainer.HPARAMS_FILE)
+    source = os.path.join(output_dir, HPARAMS_FILE)
+    target = os.path.join(os.path.dirname(os.path.abspath(out_path)), HPARAMS_FILE)
     if os.path.exists(source) and not os.path.exists(target):
         shutil.copyfile(source, target + ".tmp")
         os.replace(target + ".tmp", target)

@@ -1,4 +1,5 @@
-"""What a user watches during training: progress lines and TensorBoard scalars.
+"""What a user watches during training: progress lines, TensorBoard scalars and the picture
+of the learning-rate schedule.
 
 Scalars are written with `tf.summary.scalar` (Keras 3's TensorBoard callback writes tensor
 summaries that some TensorBoard tools cannot read) to `output_dir/train` and `output_dir/eval`.
@@ -7,8 +8,12 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
+
+from t2t_lite.training.schedules import learning_rate
+from t2t_lite.visualize import plt, save_figure  # pyplot with the file-only Agg backend
 
 
 def format_duration(seconds: float) -> str:
@@ -76,3 +81,25 @@ class TrainingMonitor(keras.callbacks.Callback):
                 tf.summary.scalar("accuracy", logs["val_accuracy"])
             self.eval_writer.flush()
         self.train_writer.flush()
+
+
+def write_learning_rate_picture(hparams, train_steps: int, path: str) -> str:
+    """A PNG of the hparams' learning rate over updates 1..train_steps (paper §5.3; t2t's
+    schedules), with the warmup's end and the peak marked: the picture to check before a long
+    run that the warmup fits it."""
+    steps = np.unique(np.linspace(1, max(train_steps, 2), 500).astype(np.int64))
+    rates = learning_rate(tf.constant(steps, tf.float32), hparams).numpy()
+    warmup = hparams.learning_rate_warmup_steps
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot(steps, rates)
+    if warmup <= steps[-1]:
+        axes.axvline(warmup, color="gray", linestyle=":", label=f"warmup {warmup:,} steps")
+    peak = int(np.argmax(rates))
+    axes.plot(steps[peak], rates[peak], "o", label=f"peak {rates[peak]:.3g} at step "
+                                                   f"{steps[peak]:,}")
+    axes.set(xlabel="update", ylabel="learning rate",
+             title=" * ".join(hparams.learning_rate_schedule))
+    axes.legend()
+    figure.tight_layout()
+    save_figure(figure, path)
+    return path

@@ -10,7 +10,6 @@ moments and step) and continues to `train_steps`.
 import contextlib
 import dataclasses
 import itertools
-import json
 import math
 import os
 
@@ -18,16 +17,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import output_paths, registry
+from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.errors import UserError
+from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
-from t2t_lite.training import checkpoints, distribution
+from t2t_lite.run_description import save_run_description
+from t2t_lite.training import distribution
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
-from t2t_lite.training.summaries import TrainingMonitor
-from t2t_lite.visualize import write_learning_rate_picture
-
-HPARAMS_FILE = "hparams.json"
+from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,21 +79,6 @@ def make_optimizer(hparams):
     return optimizer
 
 
-def build_model(model_name: str, hparams, vocab_size: int):
-    """The registered model with its variables created (by a call on a tiny batch), its layers
-    computing in hparams.mixed_precision with float32 weights."""
-    previous_policy = keras.config.dtype_policy()
-    if hparams.mixed_precision != "float32":
-        keras.config.set_dtype_policy(f"mixed_{hparams.mixed_precision}")
-    try:
-        model = registry.model(model_name)(hparams, vocab_size)
-        tokens = tf.ones([1, 2], tf.int32)
-        model({"inputs": tokens, "targets": tokens}, training=False)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-    return model
-
-
 class NonFiniteLossError(UserError, FloatingPointError):
     """Training produced a NaN or infinite loss."""
 
@@ -143,17 +126,6 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._save(int(self.model.optimizer.iterations.numpy()))
-
-
-def save_run_description(output_dir, problem_name, model_name, hparams):
-    """hparams.json beside the checkpoints, so the decoder rebuilds the same model."""
-    description = {"problem": problem_name, "model": model_name, "hparams": hparams.to_dict()}
-    path = os.path.join(output_dir, HPARAMS_FILE)
-    with open(path + ".tmp", "w") as handle:
-        json.dump(description, handle, indent=2)
-    os.replace(path + ".tmp", path)
-
-
 
 
 def token_weighted_logs(totals: dict) -> dict:

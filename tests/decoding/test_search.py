@@ -10,7 +10,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding import search
-from t2t_lite.training import trainer
+from t2t_lite.models.building import build_model
 
 VOCAB_SIZE = 20
 
@@ -20,7 +20,7 @@ def model():
     hparams = registry.hparams("transformer_tiny").override_from_string(
         "hidden_size=32,filter_size=64,num_heads=4,num_hidden_layers=2")
     keras.utils.set_random_seed(3)
-    return trainer.build_model("transformer", hparams, VOCAB_SIZE)
+    return build_model("transformer", hparams, VOCAB_SIZE)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ import pytest
 from t2t_lite import registry
 from t2t_lite.data.vocab import SymbolVocabulary
 from t2t_lite.decoding import decoder
-from t2t_lite.training import trainer
+from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.models.building import build_model
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +17,11 @@ def translator():
         "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
     keras.utils.set_random_seed(1)
     vocabulary = SymbolVocabulary(10)
-    model = trainer.build_model("transformer", hparams, vocabulary.vocab_size)
+    model = build_model("transformer", hparams, vocabulary.vocab_size)
     return decoder.Translator(
         model, {"inputs": vocabulary, "targets": vocabulary},
-        decoder.DecodeHParams(batch_size=4, beam_size=2, extra_length=3), max_input_length=20,
-        source_name="in.txt")
+        SearchHParams(beam_size=2, extra_length=3), max_input_length=20, source_name="in.txt",
+        translator_hparams=decoder.TranslatorHParams(batch_size=4))
 
 
 def test_bad_lines_get_a_message_and_the_others_a_translation(translator, caplog):

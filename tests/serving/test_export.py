@@ -59,12 +59,13 @@ def trained(copy_task_data, tmp_path_factory):
 def exported(trained):
     """An export without XLA (the default), written in this process by export.export, which
     the exporter program runs (xla_exported runs the program)."""
-    from t2t_lite.decoding.decoder import DecodeHParams, saved_run
+    from t2t_lite.decoding.search import SearchHParams
+    from t2t_lite.run_description import saved_run
     from t2t_lite.serving.export import export
     data_dir, output_dir = trained
     export_dir = os.path.join(os.path.dirname(output_dir), "export", "1")
     export("algorithmic_copy", "transformer", saved_run(output_dir)["hparams"], data_dir,
-           output_dir, export_dir, DecodeHParams(beam_size=4, alpha=0.6))
+           output_dir, export_dir, SearchHParams(beam_size=4, alpha=0.6))
     return export_dir
 
 
@@ -132,17 +133,19 @@ def test_the_export_is_complete_and_records_its_hparams(trained, exported):
 def test_a_fresh_process_translates_like_the_decoder(trained, fresh_process):
     from t2t_lite import registry
     from t2t_lite.decoding import decoder
+    from t2t_lite.decoding.search import SearchHParams
+    from t2t_lite.run_description import saved_run
     data_dir, output_dir = trained
     with open(os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")) as handle:
         lines = handle.read().splitlines()
     assert len(lines) == 100
     # The decoder program's translation (t2t_lite-decoder --decode_from_file), in this process.
     problem = registry.problem("algorithmic_copy")
-    run_description = decoder.saved_run(output_dir)
+    run_description = saved_run(output_dir)
     model = decoder.load_model(run_description["model"], run_description["hparams"],
                                problem.vocab_size(data_dir), output_dir)
     translator = decoder.Translator(model, problem.feature_encoders(data_dir),
-                                    decoder.DecodeHParams(beam_size=4, alpha=0.6),
+                                    SearchHParams(beam_size=4, alpha=0.6),
                                     problem.max_length)
     decoder_lines = translator.translate(lines, show_progress=False)
 
@@ -210,7 +213,7 @@ def test_overwrite_with_xla(xla_exported):
 def test_exporting_without_a_checkpoint_names_the_output_dir(trained, tmp_path):
     from t2t_lite import registry
     from t2t_lite.serving.export import export
-    from t2t_lite.training.checkpoints import CheckpointError
+    from t2t_lite.checkpoints import CheckpointError
     empty = tmp_path / "untrained"
     with pytest.raises(CheckpointError) as error:
         export("algorithmic_copy", "transformer", registry.hparams("transformer_tiny"),
@@ -225,7 +228,7 @@ def test_exporting_without_a_checkpoint_names_the_output_dir(trained, tmp_path):
 
 def untrained_model(vocab_size):
     from t2t_lite import registry
-    from t2t_lite.training.trainer import build_model
+    from t2t_lite.models.building import build_model
     hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
     return build_model("transformer", hparams, vocab_size)
 
@@ -236,12 +239,13 @@ def test_sentences_that_fail_are_not_searched_and_the_others_translate_as_in_the
     (here max_length 6: "1 2 ... 9" is searched as 1 2 3 4 5 EOS), and the others are the
     decoder's translations (the failing rows do not change them)."""
     from t2t_lite.data.vocab import SymbolVocabulary
-    from t2t_lite.decoding.decoder import DecodeHParams, Translator
+    from t2t_lite.decoding.decoder import Translator
+    from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.serving.export import FAILED_SCORE, ServingModule
     vocabulary = SymbolVocabulary(10)
     encoders = {"inputs": vocabulary, "targets": vocabulary}
     model = untrained_model(vocabulary.vocab_size)
-    decode_hparams = DecodeHParams(beam_size=2, extra_length=3)
+    decode_hparams = SearchHParams(beam_size=2, extra_length=3)
     lines = ["3 7 1", "abc 99", "", "  ", "1 2 3 4 5 6 7 8 9", "3 11", "10 2"]
     module = ServingModule(model, encoders, decode_hparams, max_length=6)
 
@@ -276,10 +280,10 @@ def sentencepiece(tmp_path_factory):
 def sentencepiece_export(sentencepiece, tmp_path_factory):
     """(export_dir, model, decode_hparams): an untrained model with the SentencePiece vocabulary,
     searching without the cache (the exporter's advice for servers without XLA)."""
-    from t2t_lite.decoding.decoder import DecodeHParams
+    from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.serving.export import ServingModule, save_atomically
     model = untrained_model(sentencepiece.vocab_size)
-    decode_hparams = DecodeHParams(beam_size=2, extra_length=5, use_cache=False)
+    decode_hparams = SearchHParams(beam_size=2, extra_length=5, use_cache=False)
     encoders = {"inputs": sentencepiece, "targets": sentencepiece}
     export_dir = str(tmp_path_factory.mktemp("sentencepiece") / "1")
     save_atomically(ServingModule(model, encoders, decode_hparams, max_length=256), export_dir)

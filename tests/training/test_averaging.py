@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import registry
+from t2t_lite import checkpoints, registry
+from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.decoding import decoder
-from t2t_lite.training import averaging, checkpoints, trainer
-from t2t_lite.training.checkpoints import CheckpointError
+from t2t_lite.models.building import build_model
+from t2t_lite.run_description import save_run_description, saved_run
+from t2t_lite.training import averaging, trainer
 
 VOCAB_SIZE = 12
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +26,7 @@ def tiny_hparams():
 
 
 def fresh_model():
-    return trainer.build_model("transformer", tiny_hparams(), VOCAB_SIZE)
+    return build_model("transformer", tiny_hparams(), VOCAB_SIZE)
 
 
 def model_values(model):
@@ -43,7 +45,7 @@ def output_dir(tmp_path_factory):
         for weight in model.weights:
             weight.assign(np.full(weight.shape, value, weight.dtype))
         manager.save(checkpoint_number=step)
-    trainer.save_run_description(output_dir, "algorithmic_copy", "transformer", tiny_hparams())
+    save_run_description(output_dir, "algorithmic_copy", "transformer", tiny_hparams())
     return output_dir
 
 
@@ -92,7 +94,7 @@ def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
     assert "model.ckpt-20" in result.stdout and "model.ckpt-30" in result.stdout
     assert f"into {out}" in result.stdout
 
-    run = decoder.saved_run(output_dir)
+    run = saved_run(output_dir)
     keras.backend.clear_session()
     model = decoder.load_model(run["model"], run["hparams"], VOCAB_SIZE, output_dir,
                                checkpoint_path=out)

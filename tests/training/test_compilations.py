@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.data import pipeline, records
+from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
 
@@ -25,7 +26,7 @@ def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
     shapes = {tuple(batch["targets"].shape) for batch in dataset}
     assert len(shapes) <= len(boundaries)
 
-    model = trainer.build_model("transformer", hparams, 12)
+    model = build_model("transformer", hparams, 12)
     steps = TrainingSteps(model, trainer.make_optimizer(hparams), hparams, jit_compile=True)
     for batch in steps.distribute(dataset):
         steps.train_step(batch)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
+from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
 
@@ -15,7 +16,7 @@ def test_half_precision_training_steps(precision):
     hparams = registry.hparams("transformer_tiny").override_from_string(
         f"hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,"
         f"learning_rate_warmup_steps=5,mixed_precision={precision}")
-    model = trainer.build_model("transformer", hparams, 12)
+    model = build_model("transformer", hparams, 12)
     assert keras.config.dtype_policy().name == "float32"  # the global policy is restored
     assert all(weight.dtype == "float32" for weight in model.weights)
     ids = tf.constant(np.random.default_rng(0).integers(2, 12, size=(8, 6)), tf.int32)

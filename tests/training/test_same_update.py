@@ -19,8 +19,9 @@ SCRIPT = textwrap.dedent("""
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from t2t_lite import registry
-    from t2t_lite.training import checkpoints, trainer
+    from t2t_lite import checkpoints, registry
+    from t2t_lite.models.building import build_model
+    from t2t_lite.training import trainer
     from t2t_lite.training.step import TrainingSteps
 
     HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,"
@@ -38,7 +39,7 @@ SCRIPT = textwrap.dedent("""
             HPARAMS + f",optimizer_multistep_accumulate_steps={accumulate}")
         keras.utils.set_random_seed(7)
         with strategy.scope():
-            model = trainer.build_model("transformer", hparams, 12)
+            model = build_model("transformer", hparams, 12)
             optimizer = trainer.make_optimizer(hparams)
         steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=True)
         data = tf.data.Dataset.from_tensor_slices(

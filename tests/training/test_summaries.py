@@ -3,8 +3,7 @@ import matplotlib.image
 import numpy as np
 
 from t2t_lite import registry
-from t2t_lite.training.summaries import format_duration
-from t2t_lite.visualize import write_learning_rate_picture
+from t2t_lite.training.summaries import format_duration, write_learning_rate_picture
 
 
 def test_learning_rate_picture_is_a_png_with_a_curve(tmp_path):

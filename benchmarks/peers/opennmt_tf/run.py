@@ -87,6 +87,7 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 from t2t_lite.training import losses, schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,7 +106,8 @@ CTRANSLATE2_VERSION = "3.24.0"
 SUPPORTED_PYTHONS = ("3.11", "3.10")  # TensorFlow 2.13 has wheels for 3.8 to 3.11
 REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
 NO_PYTHON_EXIT_STATUS = 3
-DECODE = decoder.DecodeHParams()  # t2t_lite's defaults: beam 4, alpha 0.6, 32 sentences a batch
+DECODE = SearchHParams()  # t2t_lite's defaults: beam 4, alpha 0.6
+DECODE_BATCH_SIZE = decoder.TranslatorHParams().batch_size  # and 32 sentences a batch
 
 
 def define_flags():
@@ -425,7 +427,7 @@ def onmt_config(hparams, paths: dict, model_dir: str) -> dict:
             "maximum_decoding_length": hparams.max_length + DECODE.extra_length,
         },
         "train": train,
-        "infer": {"batch_type": "examples", "batch_size": DECODE.batch_size,
+        "infer": {"batch_type": "examples", "batch_size": DECODE_BATCH_SIZE,
                   "length_bucket_width": 1},  # sorted by length, written in input order
     }
 

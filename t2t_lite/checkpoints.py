@@ -3,8 +3,10 @@
 TensorFlow's object-graph checkpoints do not follow the sublayers a Keras 3 model keeps in
 Python lists (the encoder and decoder stacks), so a plain `tf.train.Checkpoint(model=model)`
 silently saves only the embedding. Here every variable is saved under its unique Keras path
-("encoder_layer_0/self_attention/query/kernel", without the model's own name), which also makes a mismatch
-between a checkpoint and the model easy to name.
+("encoder_layer_0/self_attention/query/kernel", without the model's own name), which also makes
+a mismatch between a checkpoint and the model easy to name.
+
+The trainer writes and resumes them; the decoder, the exporter and the averager read them.
 """
 import tensorflow as tf
 

@@ -1,0 +1,25 @@
+"""--decode_hparams: one string for the search's settings and the Translator's, each name given to
+the settings that have it."""
+import pytest
+
+from t2t_lite.decoding.decoder import TranslatorHParams, parse_decode_hparams
+from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.hparams_lib import HParamsError
+
+
+def test_each_name_goes_to_its_settings():
+    search, translator = parse_decode_hparams("beam_size=2,alpha=0.6,batch_size=8,"
+                                              "jit_compile=true,use_cache=false")
+    assert search == SearchHParams(beam_size=2, alpha=0.6, use_cache=False)
+    assert translator == TranslatorHParams(batch_size=8, jit_compile=True)
+
+
+def test_an_empty_string_is_the_defaults():
+    assert parse_decode_hparams("") == (SearchHParams(), TranslatorHParams())
+
+
+def test_an_unknown_name_lists_the_names_of_both():
+    with pytest.raises(HParamsError, match=r"unknown hparam 'beam_sise'\. Did you mean "
+                                           r"'beam_size'\? Known hparams: alpha, batch_size, "
+                                           r"beam_size, extra_length, jit_compile, use_cache"):
+        parse_decode_hparams("beam_sise=2")
