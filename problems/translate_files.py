@@ -16,14 +16,14 @@ and new data, once data was generated there; until then (a first run that failed
 record is replaced, so the corrected command runs.
 """
 import dataclasses
-import glob
 import json
 import os
 
+import tensorflow as tf
 from absl import logging
 
+from t2t_lite import atomic_files
 from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
-from t2t_lite.data.records import INCOMPLETE_SUFFIX
 from t2t_lite.data.text_files import read_parallel
 from t2t_lite.data.text_problem import Text2TextProblem
 from t2t_lite.registry import register_problem
@@ -121,8 +121,8 @@ class TranslateTextFiles(Text2TextProblem):
         vocabulary) is replaced."""
         path = self.config_path(data_dir)
         settings = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path, "r") as handle:
                 recorded = json.load(handle)
             changed = sorted(key for key in settings if recorded.get(key) != settings[key])
             if not changed:
@@ -135,27 +135,27 @@ class TranslateTextFiles(Text2TextProblem):
                                 f"again")
             logging.info("%s: no data was generated with the recorded settings, replaced "
                          "(other %s)", path, ", ".join(changed))
-        os.makedirs(data_dir, exist_ok=True)
-        with open(path + INCOMPLETE_SUFFIX, "w", encoding="utf-8") as handle:
-            json.dump(settings, handle, indent=2)
-        os.replace(path + INCOMPLETE_SUFFIX, path)
+        tf.io.gfile.makedirs(data_dir)
+        with atomic_files.atomic_write(path) as handle:
+            handle.write(json.dumps(settings, indent=2))
 
     def generated_files(self, data_dir: str) -> list:
         """What datagen made from the recorded files and is still in data_dir: the
         vocabulary, shards, manifests and text splits (not the leftovers of interrupted
         writes, which the next run removes)."""
         vocabulary = self.vocab_path(data_dir)
-        made = glob.glob(os.path.join(glob.escape(data_dir), f"{self.name}-*"))
-        return ([vocabulary] if os.path.exists(vocabulary) else []) + sorted(
-            path for path in made if not path.endswith(INCOMPLETE_SUFFIX))
+        made = (tf.io.gfile.listdir(data_dir) if tf.io.gfile.isdir(data_dir) else [])
+        return ([vocabulary] if tf.io.gfile.exists(vocabulary) else []) + sorted(
+            os.path.join(data_dir, name) for name in made if name.startswith(f"{self.name}-")
+            and not name.endswith(atomic_files.INCOMPLETE_SUFFIX))
 
     def datagen_command(self, data_dir: str) -> str:
         """With the file flags datagen recorded in data_dir, when it did."""
         command = super().datagen_command(data_dir)
         try:
-            with open(self.config_path(data_dir), encoding="utf-8") as handle:
+            with tf.io.gfile.GFile(self.config_path(data_dir), "r") as handle:
                 recorded = json.load(handle)
-        except (OSError, ValueError):
+        except (OSError, ValueError, tf.errors.OpError):
             return command + " --train_source=... (the flags of your first run)"
         for name in (TRAIN, DEV, TEST):
             if recorded.get(name):
@@ -174,5 +174,7 @@ class TranslateTextFiles(Text2TextProblem):
 
 
 def _absolute(pair):
-    """Absolute paths, so that the record in data_dir does not depend on the working folder."""
-    return tuple(os.path.abspath(path) for path in pair) if pair else None
+    """Absolute paths, so that the record in data_dir does not depend on the working folder
+    (a URL such as gs://b/f or ram://f is kept as it is)."""
+    return tuple(path if "://" in path else os.path.abspath(path)
+                 for path in pair) if pair else None

@@ -7,6 +7,7 @@ against it (`check_data`), and read them back as length-bucketed token batches (
 Splits that are decoded and scored rather than trained on (the test split) are also written as
 plain text, one sentence a line, for the decoder.
 """
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -14,6 +15,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import atomic_files
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
@@ -95,8 +97,8 @@ class Problem:
         """Writes every split to `data_dir` and logs a summary; splits already complete are
         kept, so running again after an interruption finishes the work. Returns {split: stats}
         for the splits written now."""
-        os.makedirs(data_dir, exist_ok=True)
-        os.makedirs(tmp_dir, exist_ok=True)
+        tf.io.gfile.makedirs(data_dir)
+        tf.io.gfile.makedirs(tmp_dir)
         self.prepare_vocabulary(data_dir, tmp_dir)
         encoders = self.feature_encoders(data_dir)
         written = {}
@@ -116,7 +118,7 @@ class Problem:
         again. t2t kept any split whose shard files existed, truncated or not."""
         paths = self.filepaths(data_dir, split)
         manifest = self.manifest_path(data_dir, split.name)
-        if os.path.exists(manifest):
+        if tf.io.gfile.exists(manifest):
             fault = self.split_fault(data_dir, split.name)
             if fault is None and records.manifest_shards(manifest) != paths:
                 fault = f"{manifest} lists other shards than the {len(paths)} it needs now"
@@ -138,20 +140,18 @@ class Problem:
 
     def _write_text(self, data_dir, tmp_dir, split):
         paths = self.text_paths(data_dir, split.name)
-        if all(os.path.exists(path) for path in paths.values()):
+        if all(tf.io.gfile.exists(path) for path in paths.values()):
             return None
         stats = SplitStats()
         samples = self.generate_samples(data_dir, tmp_dir, split.name)
         first = next(samples, None)  # a missing raw file fails here, before any file is opened
-        temporary = {feature: path + records.INCOMPLETE_SUFFIX for feature, path in paths.items()}
-        files = {feature: open(path, "w", encoding="utf-8") for feature, path in temporary.items()}
-        with files["inputs"], files["targets"]:
+        with contextlib.ExitStack() as stack:
+            files = {feature: stack.enter_context(atomic_files.atomic_write(path))
+                     for feature, path in paths.items()}
             for sample in itertools.chain([first] if first else [], samples):
                 stats.records += 1
                 for feature, handle in files.items():
                     handle.write(sample[feature] + "\n")
-        for feature, path in paths.items():
-            os.replace(temporary[feature], path)
         logging.info("%s: wrote %s", split.name, ", ".join(paths.values()))
         return stats
 

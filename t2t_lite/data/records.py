@@ -1,10 +1,10 @@
 """Sharded TFRecord files of int64 id features, written atomically and listed in a manifest.
 
-A shard is written under a temporary name and renamed only when complete, so an interrupted
-datagen never leaves a file that looks finished (tensor2tensor wrote in place and users found
-truncated shards after a crash). Examples go round-robin over the shards as they stream in, and
-each shard is then shuffled before it is renamed, as t2t's `generate_files` + `shuffle_dataset`
-did.
+A shard is written under a temporary name and renamed only when complete (`atomic_files`), so
+an interrupted datagen never leaves a file that looks finished (tensor2tensor wrote in place and
+users found truncated shards after a crash). Examples go round-robin over the shards as they
+stream in, and each shard is then shuffled before it is renamed, as t2t's `generate_files` +
+`shuffle_dataset` did.
 
 When every shard is renamed, a manifest (`{prefix}.manifest.json`) is written last, also
 atomically: each shard's name, record count, size and sha256. t2t had none, so a shard that was
@@ -24,7 +24,9 @@ import re
 
 import tensorflow as tf
 
-INCOMPLETE_SUFFIX = ".incomplete"
+from t2t_lite import atomic_files
+
+INCOMPLETE_SUFFIX = atomic_files.INCOMPLETE_SUFFIX  # of the leftovers an interrupted write leaves
 MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_FORMAT = 1
 HASH_CHUNK_BYTES = 1 << 20
@@ -61,7 +63,7 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
     Only one shard is ever held in memory: the shuffle of a shard reads it back after the
     streaming pass, as t2t's `shuffle_dataset` did.
     """
-    unshuffled = [path + ".unshuffled" + INCOMPLETE_SUFFIX for path in paths]
+    unshuffled = [atomic_files.temporary_path(path + ".unshuffled") for path in paths]
     writers = [tf.io.TFRecordWriter(path) for path in unshuffled]
     count = 0
     try:
@@ -78,12 +80,11 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
         records = [record for batch in tf.data.TFRecordDataset(source).batch(4096)
                    .as_numpy_iterator() for record in batch]
         rng.shuffle(records)
-        temporary = path + INCOMPLETE_SUFFIX
-        with tf.io.TFRecordWriter(temporary) as writer:
-            for record in records:
-                writer.write(record)
-        os.replace(temporary, path)
-        os.remove(source)
+        with atomic_files.atomic_path(path) as temporary:
+            with tf.io.TFRecordWriter(temporary) as writer:
+                for record in records:
+                    writer.write(record)
+        tf.io.gfile.remove(source)
         shard_records.append(len(records))
     if manifest:
         write_manifest(manifest, paths, shard_records)
@@ -109,13 +110,11 @@ def file_sha256(path: str) -> str:
 def write_manifest(path: str, paths: list, record_counts: list):
     """Writes the manifest of the complete shards `paths` atomically."""
     shards = [{"name": os.path.basename(shard), "records": records,
-               "bytes": os.path.getsize(shard), "sha256": file_sha256(shard)}
+               "bytes": tf.io.gfile.stat(shard).length, "sha256": file_sha256(shard)}
               for shard, records in zip(paths, record_counts)]
     manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards}
-    with open(path + INCOMPLETE_SUFFIX, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=1)
-        handle.write("\n")
-    os.replace(path + INCOMPLETE_SUFFIX, path)
+    with atomic_files.atomic_write(path) as handle:
+        handle.write(json.dumps(manifest, indent=1) + "\n")
 
 
 def read_manifest(path: str) -> dict:
@@ -186,23 +185,14 @@ def plain_message(error) -> str:
 
 
 def all_exist(paths: list) -> bool:
-    return all(os.path.exists(path) for path in paths)
+    return all(tf.io.gfile.exists(path) for path in paths)
 
 
 def remove_split(data_dir: str, prefix: str):
     """Deletes the manifest and every shard of `prefix` ({prefix}-*-of-*), whatever their
     number: what an earlier datagen left before this one writes the split again."""
-    os.makedirs(data_dir, exist_ok=True)
-    manifest = manifest_path(data_dir, prefix)
-    if os.path.exists(manifest):
-        os.remove(manifest)
+    tf.io.gfile.makedirs(data_dir)
+    atomic_files.remove_if_exists(manifest_path(data_dir, prefix))
     for path in tf.io.gfile.glob(os.path.join(data_dir, f"{prefix}-*-of-*")):
-        os.remove(path)
-    remove_incomplete(data_dir, prefix)
-
-
-def remove_incomplete(data_dir: str, prefix: str):
-    """Deletes leftovers of an interrupted write of the files starting with `prefix`."""
-    for name in os.listdir(data_dir):
-        if name.startswith(prefix) and name.endswith(INCOMPLETE_SUFFIX):
-            os.remove(os.path.join(data_dir, name))
+        tf.io.gfile.remove(path)
+    atomic_files.remove_incomplete(data_dir, prefix)

@@ -3,49 +3,54 @@ line N of the target file; plain or gzip. Every problem with a file names the fi
 import gzip
 import itertools
 import os
+import tempfile
 import urllib.request
 
+import tensorflow as tf
 from absl import logging
 
+from t2t_lite import atomic_files
 from t2t_lite.data.problem import DataError
-
-DOWNLOAD_SUFFIX = ".incomplete"
 
 
 def maybe_download(directory: str, filename: str, url: str) -> str:
     """`directory/filename`, downloaded from `url` unless it is already there (atomic)."""
     path = os.path.join(directory, filename)
-    if os.path.exists(path):
+    if tf.io.gfile.exists(path):
         return path
-    os.makedirs(directory, exist_ok=True)
+    tf.io.gfile.makedirs(directory)
     logging.info("downloading %s to %s", url, path)
     try:
-        urllib.request.urlretrieve(url, path + DOWNLOAD_SUFFIX)
+        with atomic_files.atomic_path(path) as temporary:
+            if "://" not in temporary:
+                urllib.request.urlretrieve(url, temporary)
+            else:  # urllib writes local files only: through a local copy to gs://, ram://, ...
+                with tempfile.TemporaryDirectory() as local:
+                    urllib.request.urlretrieve(url, os.path.join(local, filename))
+                    tf.io.gfile.copy(os.path.join(local, filename), temporary, overwrite=True)
     except OSError as error:
         raise DataError(f"cannot download {url} to {path}: {error}. Put the file there by hand "
                         f"to skip the download.") from None
-    os.replace(path + DOWNLOAD_SUFFIX, path)
     return path
 
 
-def _open(path: str):
-    if not os.path.exists(path):
+def read_lines(path: str):
+    """Yields the lines of a UTF-8 text file (gunzipped if it ends in .gz) without their line
+    ends; read through tf.io.gfile, so on any TensorFlow file system."""
+    if not tf.io.gfile.exists(path):
         raise DataError(f"missing file {path}")
     try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-    except OSError as error:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            lines = gzip.GzipFile(fileobj=handle, mode="rb") if path.endswith(".gz") else handle
+            for number, raw in enumerate(lines, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{path}, line {number}: invalid UTF-8 ({error.reason} at "
+                                    f"byte {error.start})") from None
+                yield line
+    except (OSError, tf.errors.OpError) as error:  # a folder, no permission, not gzip, ...
         raise DataError(f"cannot read {path}: {error}") from None
-
-
-def read_lines(path: str):
-    """Yields the lines of a UTF-8 text file without their line ends."""
-    with _open(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{path}, line {number}: invalid UTF-8 ({error.reason} at byte "
-                                f"{error.start})") from None
 
 
 def read_parallel(source_path: str, target_path: str):

@@ -35,7 +35,7 @@ class Text2TextProblem(Problem):
     def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
         """Trains the joint vocabulary on the training split unless data_dir has it."""
         path = self.vocab_path(data_dir)
-        if os.path.exists(path):
+        if tf.io.gfile.exists(path):
             logging.info("vocabulary %s already there, kept", path)
             return
         samples = self.generate_samples(data_dir, tmp_dir, TRAIN)
@@ -54,7 +54,7 @@ class Text2TextProblem(Problem):
 
     def feature_encoders(self, data_dir: str) -> dict:
         path = self.vocab_path(data_dir)
-        if not os.path.exists(path):
+        if not tf.io.gfile.exists(path):
             raise DataError(f"no vocabulary {path}: run t2t_lite-datagen --problem={self.name} "
                             f"--data_dir={data_dir} first")
         vocabulary = SentencePieceVocabulary(path)

@@ -3,7 +3,6 @@
 Ids 0 and 1 are reserved for PAD and EOS in every vocabulary, as in tensor2tensor.
 """
 import io
-import os
 import random
 
 import sentencepiece
@@ -105,8 +104,9 @@ class SentencePieceVocabulary:
     """
 
     def __init__(self, model_path: str):
+        import tensorflow as tf
         self.model_path = model_path
-        with open(model_path, "rb") as handle:
+        with tf.io.gfile.GFile(model_path, "rb") as handle:
             self.model_proto = handle.read()
         self.processor = _load_processor(model_path, self.model_proto)
         self._tokenizer = None
@@ -129,10 +129,9 @@ class SentencePieceVocabulary:
             input_sentence_size=0, shuffle_input_sentence=False,
             hard_vocab_limit=False, byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
             minloglevel=2)
-        temporary = model_path + ".incomplete"
-        with open(temporary, "wb") as handle:
+        from t2t_lite import atomic_files
+        with atomic_files.atomic_write(model_path, "wb") as handle:
             handle.write(model_writer.getvalue())
-        os.replace(temporary, model_path)
         return cls(model_path)
 
     @property

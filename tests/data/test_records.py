@@ -5,6 +5,7 @@ import re
 
 import tensorflow as tf
 
+from t2t_lite import atomic_files
 from t2t_lite.data import pipeline, records
 
 
@@ -38,7 +39,7 @@ def test_an_interrupted_write_leaves_no_finished_looking_shard(tmp_path):
         pass
     assert not records.all_exist(paths)
     assert not any(os.path.exists(path) for path in paths)
-    records.remove_incomplete(str(tmp_path), "p-train")
+    atomic_files.remove_incomplete(str(tmp_path), "p-train")
     assert os.listdir(tmp_path) == []
 
 

@@ -34,6 +34,7 @@ def vocab(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("vocab") / "multi30k.8192.bpe.model")
     vocabulary = SentencePieceVocabulary.train(sentences, path, VOCAB_SIZE, "bpe")
     assert os.path.exists(path) and not os.path.exists(path + ".incomplete")
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no temporary left
     return vocabulary
 
 

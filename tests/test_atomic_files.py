@@ -1,0 +1,64 @@
+"""atomic_files: a file appears under its name whole, or not at all; on the local disk and on
+ram:// (whose `exists(p)` is True for any path that merely starts with p)."""
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from t2t_lite import atomic_files
+
+
+@pytest.fixture(params=["local", "ram"])
+def folder(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path)
+    path = f"ram://atomic-{uuid.uuid4().hex}"
+    tf.io.gfile.makedirs(path)
+    return path
+
+
+def test_the_temporary_file_is_hidden_beside_the_final_one_and_never_under_its_name(folder):
+    path = f"{folder}/vocab.model"
+    assert atomic_files.temporary_path(path) == f"{folder}/.vocab.model.incomplete"
+    with atomic_files.atomic_write(path, "wb") as handle:
+        handle.write(b"half")
+        handle.flush()
+        assert not tf.io.gfile.exists(path)  # ram:// too: the name does not start with path
+        handle.write(b" and half")
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        assert handle.read() == b"half and half"
+    assert tf.io.gfile.listdir(folder) == ["vocab.model"]
+
+
+def test_a_write_replaces_an_older_file_only_when_complete(folder):
+    path = f"{folder}/settings.json"
+    with atomic_files.atomic_write(path) as handle:
+        handle.write("old")
+    with atomic_files.atomic_path(path) as temporary:
+        with tf.io.gfile.GFile(temporary, "w") as handle:
+            handle.write("new")
+        with tf.io.gfile.GFile(path) as handle:
+            assert handle.read() == "old"
+    with tf.io.gfile.GFile(path) as handle:
+        assert handle.read() == "new"
+
+
+def test_an_exception_leaves_neither_file(folder):
+    path = f"{folder}/shard-00000-of-00001"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_files.atomic_write(path, "wb") as handle:
+            handle.write(b"truncated")
+            raise KeyboardInterrupt
+    assert tf.io.gfile.listdir(folder) == []
+
+
+def test_remove_incomplete_removes_leftovers_of_the_prefix_only(folder):
+    names = [".p-train-00000-of-00002.incomplete", "p-train.manifest.json.incomplete",
+             ".other-00000-of-00001.incomplete", "p-train-00001-of-00002"]
+    for name in names:  # leftovers of a killed run, in today's and in the earlier naming
+        with tf.io.gfile.GFile(f"{folder}/{name}", "w") as handle:
+            handle.write("x")
+    atomic_files.remove_incomplete(folder, "p-train")
+    assert sorted(tf.io.gfile.listdir(folder)) == [".other-00000-of-00001.incomplete",
+                                                   "p-train-00001-of-00002"]
+    atomic_files.remove_incomplete(f"{folder}/absent", "p-train")  # no folder: nothing to do
