@@ -35,7 +35,8 @@ setuptools.setup(
     packages=LIBRARY_PACKAGES + list(TOP_LEVEL_FOLDERS),
     package_dir=TOP_LEVEL_FOLDERS,
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest==9.0.3", "build==1.6.1", "wheel==0.48.0"]},
+    extras_require={"test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
+                             "build==1.6.1", "wheel==0.48.0"]},
     entry_points={
         "console_scripts": [
             "t2t_lite-datagen=t2t_lite.bin.datagen:run",

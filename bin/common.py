@@ -59,8 +59,8 @@ def define_thread_flags():
                          "matrix multiply, runs on (0: TensorFlow's choice, one per core).",
                          lower_bound=0)
     flags.DEFINE_integer("inter_op_parallelism_threads", 0, "Operations that run at once (0: "
-                         "TensorFlow's choice). On a 2-core CPU, 1 trained transformer_small "
-                         "4-9% faster (benchmarks/profile_step.py).", lower_bound=0)
+                         "TensorFlow's choice). 1 can train faster on a CPU of few cores: see "
+                         "benchmarks/README.md (profile_step.py).", lower_bound=0)
 
 
 def set_threads_from_flags():

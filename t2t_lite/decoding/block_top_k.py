@@ -2,8 +2,8 @@
 two cheap passes instead of one selection over every entry.
 
 Beam search picks its candidates among beam × vocabulary log probabilities at every step, and
-TensorFlow's TopKV2 on CPU costs several times a plain pass over the same entries (7% of a
-beam-search step over an 8k vocabulary, benchmarks/profile_decode.py). Cut each row into
+TensorFlow's TopKV2 on CPU costs several times a plain pass over the same entries (its share
+of a beam-search step: benchmarks/README.md, profile_decode.py). Cut each row into
 blocks; the k largest entries lie in the k blocks of the largest maxima, so a row's maxima per
 block (one reduction over every entry), the top k of those maxima, and the top k of the k
 chosen blocks' entries give the exact answer. Ties come out as tf.math.top_k orders them, by

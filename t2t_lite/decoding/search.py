@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding.block_top_k import block_top_k
+from t2t_lite.layers.attention import NEG_INF
 
-NEG_INF = -1e9
 
 
 @dataclasses.dataclass(frozen=True)

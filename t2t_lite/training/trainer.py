@@ -199,6 +199,10 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
     hparams = hparams.replace(length_bucketing=length_bucketing_for(hparams, jit_compile))
     replicas = strategy.num_replicas_in_sync
+    chief = distribution.is_chief(strategy)
+    lock = OutputLock.of_folder(output_dir, f"train in --output_dir={output_dir}")
+    if chief:
+        lock.refuse_if_held()  # at once, before the slower checks of the data
     keras.utils.set_random_seed(config.seed)
     problem.check_data(data_dir, ("train", "dev"))  # every shard against datagen's manifest
     train_data = problem.dataset("train", data_dir, hparams, training=True,
@@ -206,12 +210,9 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
                                num_replicas=replicas)
     vocab_size = problem.vocab_size(data_dir)
-    chief = distribution.is_chief(strategy)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
-    lock = (OutputLock.of_folder(output_dir, f"train in --output_dir={output_dir}") if chief
-            else contextlib.nullcontext())
-    with lock:
+    with (lock if chief else contextlib.nullcontext()):
         if chief:
             save_run_description(output_dir, problem_name, model_name, hparams)
             write_learning_rate_picture(hparams, config.train_steps,
