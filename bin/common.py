@@ -53,6 +53,16 @@ def define_model_flags():
     flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
 
 
+def define_trained_model_flags():
+    """The flags of the programs that use a trained model (decoder, exporter)."""
+    flags.DEFINE_string("checkpoint_path", None, "A checkpoint to use instead of the latest in "
+                        "--output_dir (an averaged one, say).")
+    flags.DEFINE_string("decode_hparams", "", 'Search settings, e.g. "beam_size=4,alpha=0.6,'
+                        'extra_length=50" (the defaults; beam_size=1 is greedy; also '
+                        "use_cache). The decoder also takes batch_size (32) and jit_compile; "
+                        "the exporter ignores them (see --export_jit_compile).")
+
+
 def define_thread_flags():
     """TensorFlow's two CPU thread pools, under t2t-trainer's (and onmt-main's) flag names."""
     flags.DEFINE_integer("intra_op_parallelism_threads", 0, "Threads that one operation, e.g. a "

@@ -13,13 +13,11 @@ from t2t_lite.decoding import decoder
 
 common.define_problem_flags()
 common.define_model_flags()
-flags.DEFINE_string("checkpoint_path", None, "A checkpoint to use instead of the latest.")
+common.define_trained_model_flags()
 flags.DEFINE_string("decode_from_file", None, "Sentences to translate (default: stdin).")
 flags.DEFINE_string("decode_to_file", None, "Where to write translations (default: stdout).")
 flags.DEFINE_string("score_reference", None,
                     "Reference translations: print exact-match accuracy and sacreBLEU.")
-flags.DEFINE_string("decode_hparams", "", 'e.g. "beam_size=4,alpha=0.6,batch_size=32" (the '
-                    'defaults; beam_size=1 is greedy; also extra_length, use_cache, jit_compile).')
 flags.DEFINE_string("attention_dir", None,
                     "Write attention heatmaps (PNG) of the first --attention_sentences "
                     "translations here; needs --decode_from_file and --decode_to_file.")

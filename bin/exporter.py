@@ -16,13 +16,9 @@ from t2t_lite.serving import export
 
 common.define_problem_flags()
 common.define_model_flags()
-flags.DEFINE_string("checkpoint_path", None,
-                    "A checkpoint to export instead of the latest (an averaged one, say).")
+common.define_trained_model_flags()
 flags.DEFINE_string("export_dir", None, "Where to write the SavedModel (for TensorFlow "
                     "Serving, a version folder such as models/NAME/1).")
-flags.DEFINE_string("decode_hparams", "", 'e.g. "beam_size=4,alpha=0.6,extra_length=50" '
-                    "(beam_size=1: greedy; the decoder's batch_size and jit_compile do not apply: "
-                    "see --export_jit_compile).")
 flags.DEFINE_bool("export_jit_compile", False,
                   "Compile the search with XLA in the SavedModel (the server must support "
                   "XLA; off by default for portability).")

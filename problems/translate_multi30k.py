@@ -4,7 +4,6 @@
 The raw files are downloaded from the public Multi30k dataset repository into tmp_dir, or
 taken from there when already present.
 """
-import os
 
 from t2t_lite.data.problem import DEV, TEST, TRAIN
 from t2t_lite.data.text_files import maybe_download, read_parallel

@@ -5,15 +5,13 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import matplotlib.image
+import numpy as np
+import pytest
 
-import matplotlib.image  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from t2t_lite import checkpoints, registry, visualize  # noqa: E402
-from t2t_lite.data.vocab import SentencePieceVocabulary, SymbolVocabulary  # noqa: E402
-from t2t_lite.models.building import build_model  # noqa: E402
+from t2t_lite import checkpoints, registry, visualize
+from t2t_lite.data.vocab import SentencePieceVocabulary, SymbolVocabulary
+from t2t_lite.models.building import build_model
 
 TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=2"
 LAYERS, HEADS = 2, 2

@@ -1,13 +1,9 @@
 """Multi-head scaled dot-product attention (§3.2) and its padding and causal masks."""
-import os
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,  # noqa: E402
+from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,
                                        padding_bias)
 
 RNG = np.random.default_rng(0)

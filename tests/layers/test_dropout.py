@@ -1,13 +1,9 @@
 """Dropout with a 16-bit mask (§5.4): the rate, the inverted scale, its gradient, seeds."""
-import os
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from t2t_lite.layers.dropout import Dropout, random_uint16, threshold_and_scale  # noqa: E402
+from t2t_lite.layers.dropout import Dropout, random_uint16, threshold_and_scale
 
 
 def test_threshold_and_scale_by_hand():

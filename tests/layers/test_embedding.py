@@ -1,12 +1,8 @@
 """Token embeddings and the shared pre-softmax projection (§3.4)."""
-import os
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from t2t_lite.layers.embedding import TokenEmbedding, make_embeddings  # noqa: E402
+from t2t_lite.layers.embedding import TokenEmbedding, make_embeddings
 
 
 def test_initial_weights_have_std_inverse_sqrt_depth():

@@ -1,11 +1,7 @@
 """The position-wise feed-forward network (§3.3)."""
-import os
+import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-
-from t2t_lite.layers.feed_forward import FeedForward  # noqa: E402
+from t2t_lite.layers.feed_forward import FeedForward
 
 
 def test_relu_between_two_linear_maps():

@@ -1,12 +1,8 @@
 """Residual sublayer connections with t2t's pre/post-process sequences (§3.1, §5.4)."""
-import os
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection  # noqa: E402
+from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection
 
 EPSILON = 1e-6
 X = np.random.default_rng(0).normal(2.0, 3.0, size=(2, 3, 8)).astype("float32")

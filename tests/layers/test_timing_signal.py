@@ -1,14 +1,11 @@
 """The §3.5 timing signal, both layouts, against the formulas evaluated by hand."""
 import math
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from t2t_lite.layers.timing_signal import AddTimingSignal, timing_signal  # noqa: E402
+from t2t_lite.layers.timing_signal import AddTimingSignal, timing_signal
 
 
 def test_concat_form_hand_computed_values():

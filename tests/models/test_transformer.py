@@ -1,14 +1,10 @@
 """The Transformer model (§3): causality, padding invariance, encode/decode, config, XLA."""
-import os
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from t2t_lite import registry  # noqa: E402
-from t2t_lite.models.transformer import (DecoderLayer, EncoderLayer, Transformer,  # noqa: E402
+from t2t_lite import registry
+from t2t_lite.models.transformer import (DecoderLayer, EncoderLayer, Transformer,
                                          shift_right)
 
 VOCAB = 23

@@ -2,7 +2,6 @@
 over an epoch of many batches the per-replica step is traced a bounded number of times."""
 import keras
 import numpy as np
-import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.data import pipeline, records

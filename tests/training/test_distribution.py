@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import tensorflow as tf
 
 from t2t_lite.training import distribution
 

@@ -2,7 +2,6 @@
 loss an uninterrupted run has at that step; a NaN loss stops training and keeps the last good
 checkpoint."""
 import json
-import os
 import re
 import signal
 import subprocess
