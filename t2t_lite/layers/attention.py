@@ -33,6 +33,24 @@ def default_kernel_initializer(gain=1.0):
                                               distribution="uniform")
 
 
+def independent_copy(initializer, index: int):
+    """A copy of `initializer` that draws values of its own for the index-th kernel of a layer.
+
+    A Keras 3 initializer instance returns the same values at every call of one shape (an
+    unseeded one draws its seed once, when it is created), so kernels built from one instance
+    would all start equal: the query, key, value and output projections of an attention layer
+    would be one matrix. tensor2tensor drew every kernel independently. A copy of an unseeded
+    initializer draws a new seed; a seeded one's copy gets seed + index, so a seeded run stays
+    reproducible.
+    """
+    config = initializer.get_config()
+    if isinstance(config.get("seed"), int):
+        config["seed"] += index
+    elif "seed" in config:
+        config["seed"] = None
+    return initializer.__class__.from_config(config)
+
+
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class MultiHeadAttention(keras.layers.Layer):
     """§3.2.2 Multi-Head Attention: h heads of scaled dot-product attention over projections.
@@ -73,14 +91,15 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(f"depth {depth} is not divisible by num_heads={self.num_heads}")
         self.depth_per_head = depth // self.num_heads
 
-        def projection(name):
-            return keras.layers.Dense(depth, use_bias=False, name=name, dtype=self.dtype_policy,
-                                      kernel_initializer=self.kernel_initializer)
+        def projection(name, index):
+            return keras.layers.Dense(
+                depth, use_bias=False, name=name, dtype=self.dtype_policy,
+                kernel_initializer=independent_copy(self.kernel_initializer, index))
 
-        self.query_dense = projection("query")
-        self.key_dense = projection("key")
-        self.value_dense = projection("value")
-        self.output_dense = projection("output")
+        self.query_dense = projection("query", 0)
+        self.key_dense = projection("key", 1)
+        self.value_dense = projection("value", 2)
+        self.output_dense = projection("output", 3)
         self.query_dense.build(query_shape)
         self.key_dense.build(memory_shape)
         self.value_dense.build(memory_shape)

@@ -4,7 +4,7 @@
 """
 import keras
 
-from t2t_lite.layers.attention import default_kernel_initializer
+from t2t_lite.layers.attention import default_kernel_initializer, independent_copy
 from t2t_lite.layers.dropout import Dropout
 
 
@@ -34,11 +34,11 @@ class FeedForward(keras.layers.Layer):
         depth = input_shape[-1]
         self.filter_dense = keras.layers.Dense(
             self.filter_size, activation="relu", name="filter", dtype=self.dtype_policy,
-            kernel_initializer=self.kernel_initializer)
+            kernel_initializer=independent_copy(self.kernel_initializer, 0))
         self.relu_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(
             depth, name="output", dtype=self.dtype_policy,
-            kernel_initializer=self.kernel_initializer)
+            kernel_initializer=independent_copy(self.kernel_initializer, 1))
         self.filter_dense.build(input_shape)
         self.output_dense.build(tuple(input_shape[:-1]) + (self.filter_size,))
 

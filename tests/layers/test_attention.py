@@ -1,4 +1,5 @@
 """Multi-head scaled dot-product attention (§3.2) and its padding and causal masks."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -118,3 +119,23 @@ def test_config_round_trip():
     clone = MultiHeadAttention.from_config(layer.get_config())
     assert (clone.num_heads, clone.dropout, clone.name) == (4, 0.25, "att")
     assert clone.kernel_initializer.get_config() == layer.kernel_initializer.get_config()
+
+
+def test_the_four_projections_start_from_independent_draws():
+    """One Keras initializer instance gives the same values at every call; each projection
+    must draw its own (t2t's did), also from a seeded initializer, reproducibly."""
+    x = tf.constant(RNG.normal(size=(1, 3, 8)), tf.float32)
+    layer = MultiHeadAttention(num_heads=2)
+    layer(x, x)
+    kernels = [weight.numpy() for weight in layer.weights]
+    assert len(kernels) == 4
+    for i in range(4):
+        for j in range(i):
+            assert not np.allclose(kernels[i], kernels[j]), (i, j)
+    seeded = [MultiHeadAttention(num_heads=2, kernel_initializer=keras.initializers.GlorotUniform(
+        seed=7)) for _ in range(2)]
+    for layer in seeded:
+        layer(x, x)
+    first, second = ([weight.numpy() for weight in layer.weights] for layer in seeded)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert not np.allclose(first[0], first[1])
