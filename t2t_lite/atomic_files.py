@@ -2,7 +2,8 @@
 
 A file is written under a temporary name beside its final one and renamed when complete, so an
 interrupted program never leaves a file that looks finished (tensor2tensor wrote in place and
-users found truncated shards after a crash). All access goes through `tf.io.gfile`.
+users found truncated shards after a crash). A folder (a SavedModel) is written the same way
+with `atomic_folder`. All access goes through `tf.io.gfile`.
 
 The temporary name is hidden and does not start with the final name: `folder/.name.incomplete`.
 TensorFlow's ram:// file system reports `exists(p)` as True as soon as another file's path
@@ -16,10 +17,12 @@ import tensorflow as tf
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
-def temporary_path(path: str) -> str:
-    """The name `path` is written under until it is complete: `folder/.name.incomplete`."""
-    folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}{INCOMPLETE_SUFFIX}")
+def temporary_path(path: str, owner: str = None) -> str:
+    """The name `path` is written under until it is complete: `folder/.name.incomplete`, or
+    `folder/.name.OWNER.incomplete` for a writer that must not share it with another process."""
+    folder, name = os.path.split(path.rstrip("/"))
+    owner = f".{owner}" if owner else ""
+    return os.path.join(folder, f".{name}{owner}{INCOMPLETE_SUFFIX}")
 
 
 @contextlib.contextmanager
@@ -42,6 +45,44 @@ def atomic_write(path: str, mode: str = "w"):
     with atomic_path(path) as temporary:
         with tf.io.gfile.GFile(temporary, mode) as handle:
             yield handle
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str):
+    """Yields the temporary folder to write the folder `path` in (a leftover of an interrupted
+    write removed first); when the block ends without error, replaces `path` by it, and when
+    the block raises, removes it."""
+    temporary = temporary_path(path)
+    remove_tree_if_exists(temporary)
+    try:
+        yield temporary
+    except BaseException:
+        remove_tree_if_exists(temporary)
+        raise
+    remove_tree_if_exists(path)
+    _rename_folder(temporary, path.rstrip("/"))
+
+
+def _rename_folder(source: str, target: str):
+    """Renames a folder with what is in it. The local disk and gs:// rename the contents with
+    the folder; TensorFlow's ram:// renames only the folder's own entry and leaves what was in
+    it under the old name, so that is then moved file by file."""
+    tf.io.gfile.rename(source, target)
+    if not tf.io.gfile.exists(source):
+        return
+    folders = list(tf.io.gfile.walk(source))
+    for folder, _, names in folders:
+        moved = target + folder[len(source):]
+        tf.io.gfile.makedirs(moved)
+        for name in names:
+            tf.io.gfile.rename(os.path.join(folder, name), os.path.join(moved, name))
+    for folder, _, _ in reversed(folders[1:]):  # the emptied sub-folders' entries
+        tf.io.gfile.remove(folder)
+
+
+def remove_tree_if_exists(path: str):
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
 
 
 def remove_if_exists(path: str):

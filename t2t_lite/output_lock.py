@@ -8,11 +8,11 @@ at once with an error naming the holder's host, process id and start time.
 
 The lock file is written through `tf.io.gfile`, so it works on every file system the trainer
 accepts (local, gs://, ram://), where `fcntl` locks do not. Creation is "write a file of our
-own, rename it to the lock's name without overwriting, read it back": rename refuses an
-existing lock, and the read-back catches the rare race of two renames at once. A lock whose
-holder is gone (its process no longer runs on this host) is taken over with a warning; a lock
-held from another host cannot be checked from here, so the error says which file to delete
-once that process has ended.
+own (atomic_files' hidden temporary name, with our token in it), rename it to the lock's name
+without overwriting, read it back": rename refuses an existing lock, and the read-back catches
+the rare race of two renames at once. A lock whose holder is gone (its process no longer runs on
+this host) is taken over with a warning; a lock held from another host cannot be checked from
+here, so the error says which file to delete once that process has ended.
 """
 import datetime
 import json
@@ -24,7 +24,7 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import output_paths
+from t2t_lite import atomic_files, output_paths
 from t2t_lite.errors import UserError
 
 LOCK_NAME = "t2t_lite.lock"
@@ -97,11 +97,8 @@ class OutputLock:
             return {}  # being written by another process this instant, or not ours to parse
 
     def _try_create(self) -> bool:
-        # Not lock_path + suffix: TensorFlow's ram:// file system reports a path as existing
-        # when another path starts with it.
-        name = self.lock_path.rstrip("/").rsplit("/", 1)[-1]
-        temporary = tf.io.gfile.join(output_paths.parent_folder(self.lock_path),
-                                     f".{self.holder['token']}-{name}.tmp")
+        # Named by our token: two programs starting at once never write the same file.
+        temporary = atomic_files.temporary_path(self.lock_path, owner=self.holder["token"])
         with tf.io.gfile.GFile(temporary, "w") as handle:
             handle.write(json.dumps(self.holder, indent=2))
         try:

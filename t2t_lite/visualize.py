@@ -20,7 +20,7 @@ the decoder side "<s>" (the shifted-in start symbol) followed by the target piec
 position i is labelled with the token it reads, not the one it predicts.
 """
 import dataclasses
-import os
+import io
 
 import matplotlib
 
@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from t2t_lite.atomic_files import atomic_write  # noqa: E402
 from t2t_lite.data.vocab import EOS_ID, PAD_ID, SentencePieceVocabulary  # noqa: E402
 
 START_TOKEN = "<s>"
@@ -148,15 +149,16 @@ def attention_figure(attention: AttentionMap):
 
 
 def save_figure(figure, path: str):
-    """Writes `figure` as a PNG atomically (a complete file or none) and closes it."""
-    temporary = path + ".tmp"
+    """Writes `figure` as a PNG atomically (a complete file or none) and closes it. Matplotlib
+    writes local files only, so the PNG is drawn in memory and written through tf.io.gfile
+    (gs:// and ram:// too)."""
     try:
-        figure.savefig(temporary, format="png")
-        os.replace(temporary, path)
+        picture = io.BytesIO()
+        figure.savefig(picture, format="png")
     finally:
         plt.close(figure)
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with atomic_write(path, "wb") as handle:
+        handle.write(picture.getvalue())
 
 
 def write_attention_pictures(model, encoders: dict, sentences: list, directory: str) -> list:
@@ -166,12 +168,12 @@ def write_attention_pictures(model, encoders: dict, sentences: list, directory: 
 
     Returns the paths written, in that order.
     """
-    os.makedirs(directory, exist_ok=True)
+    tf.io.gfile.makedirs(directory)
     paths = []
     for k, (source, output) in enumerate(sentences):
         maps = sentence_attention(model, encoders, source, output)
         for kind in KINDS:
-            path = os.path.join(directory, f"sentence_{k}_{kind}.png")
+            path = tf.io.gfile.join(directory, f"sentence_{k}_{kind}.png")
             figure, _ = attention_figure(maps[kind])
             save_figure(figure, path)
             paths.append(path)

@@ -1,5 +1,6 @@
-"""atomic_files: a file appears under its name whole, or not at all; on the local disk and on
-ram:// (whose `exists(p)` is True for any path that merely starts with p)."""
+"""atomic_files: a file or a folder appears under its name whole, or not at all; on the local disk
+and on ram:// (whose `exists(p)` is True for any path that merely starts with p, and whose
+rename of a folder leaves the files in it behind)."""
 import uuid
 
 import pytest
@@ -62,3 +63,38 @@ def test_remove_incomplete_removes_leftovers_of_the_prefix_only(folder):
     assert sorted(tf.io.gfile.listdir(folder)) == [".other-00000-of-00001.incomplete",
                                                    "p-train-00001-of-00002"]
     atomic_files.remove_incomplete(f"{folder}/absent", "p-train")  # no folder: nothing to do
+
+
+def test_a_writer_of_its_own_gets_a_temporary_name_of_its_own(folder):
+    path = f"{folder}/t2t_lite.lock"
+    assert (atomic_files.temporary_path(path, owner="f00d")
+            == f"{folder}/.t2t_lite.lock.f00d.incomplete")
+
+
+def test_a_folder_appears_whole_and_replaces_the_old_one_only_when_complete(folder):
+    path = f"{folder}/export"
+    tf.io.gfile.makedirs(path)
+    with tf.io.gfile.GFile(f"{path}/old.pb", "w") as handle:
+        handle.write("old")
+    with atomic_files.atomic_folder(path) as temporary:
+        assert temporary == f"{folder}/.export.incomplete"
+        tf.io.gfile.makedirs(f"{temporary}/variables")
+        for name in ("saved_model.pb", "variables/variables.index"):
+            with tf.io.gfile.GFile(f"{temporary}/{name}", "w") as handle:
+                handle.write(name)
+        assert tf.io.gfile.listdir(path) == ["old.pb"]
+    assert tf.io.gfile.listdir(folder) == ["export"]
+    assert sorted(name.rstrip("/") for name in tf.io.gfile.listdir(path)) == [
+        "saved_model.pb", "variables"]
+    with tf.io.gfile.GFile(f"{path}/variables/variables.index") as handle:
+        assert handle.read() == "variables/variables.index"
+
+
+def test_an_exception_leaves_no_folder(folder):
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_files.atomic_folder(f"{folder}/export") as temporary:
+            tf.io.gfile.makedirs(temporary)
+            with tf.io.gfile.GFile(f"{temporary}/saved_model.pb", "w") as handle:
+                handle.write("half")
+            raise KeyboardInterrupt
+    assert tf.io.gfile.listdir(folder) == []

@@ -8,7 +8,6 @@ Translator batches and compiles it (TranslatorHParams); parse_decode_hparams giv
 the settings it belongs to.
 """
 import dataclasses
-import os
 import sys
 
 import keras
@@ -17,6 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import checkpoints, output_paths, registry
+from t2t_lite.atomic_files import atomic_write
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import SearchHParams, search
@@ -153,36 +153,38 @@ def score(hypotheses: list, references: list) -> dict:
 
 
 def read_lines(path: str) -> list:
-    """The lines of a UTF-8 file (or stdin for None), without their line ends. A line that is
-    not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning names it."""
+    """The lines of a UTF-8 file (through tf.io.gfile; or stdin for None), without their line
+    ends. A line that is not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning
+    names it."""
+    if path is None:
+        return _decoded_lines(sys.stdin.buffer, "stdin")
     try:
-        handle = sys.stdin.buffer if path is None else open(path, "rb")
-    except OSError as error:
-        raise DataError(f"cannot read {path}: {error.strerror}") from None
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            return _decoded_lines(handle, path)
+    except tf.errors.OpError as error:
+        raise DataError(f"cannot read {path}: {error.message}") from None
+
+
+def _decoded_lines(handle, name: str) -> list:
     lines = []
-    try:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                logging.warning("%s line %d: invalid UTF-8 (%s at byte %d); bad bytes replaced "
-                                "by U+FFFD", path or "stdin", number, error.reason, error.start)
-                line = raw.decode("utf-8", errors="replace")
-            lines.append(line.rstrip("\r\n"))
-    finally:
-        if path is not None:
-            handle.close()
+    for number, raw in enumerate(handle, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            logging.warning("%s line %d: invalid UTF-8 (%s at byte %d); bad bytes replaced by "
+                            "U+FFFD", name, number, error.reason, error.start)
+            line = raw.decode("utf-8", errors="replace")
+        lines.append(line.rstrip("\r\n"))
     return lines
 
 
 def write_lines(path: str, lines: list):
-    """Writes atomically (or to stdout for None)."""
+    """Writes UTF-8 lines atomically through tf.io.gfile (or to stdout for None)."""
     if path is None:
         sys.stdout.write("".join(line + "\n" for line in lines))
         return
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.writelines(line + "\n" for line in lines)
-    os.replace(path + ".tmp", path)
+    with atomic_write(path) as handle:
+        handle.write("".join(line + "\n" for line in lines))
 
 
 def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,

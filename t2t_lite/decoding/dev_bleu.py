@@ -4,8 +4,6 @@ tensor2tensor reported `approx_bleu` on subword ids, which users mistook for rea
 callback decodes the first dev sentences to text with the same Translator the decoder uses and
 scores them with sacreBLEU against the detokenized references, after every evaluation.
 """
-import os
-
 import keras
 import tensorflow as tf
 from absl import logging
@@ -39,7 +37,7 @@ class DevBleu(keras.callbacks.Callback):
                  for example in examples.as_numpy_iterator()]
         self.sources = [source for source, _ in pairs]
         self.references = [reference for _, reference in pairs]
-        self.writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "eval"))
+        self.writer = tf.summary.create_file_writer(tf.io.gfile.join(self.output_dir, "eval"))
 
     def on_epoch_end(self, epoch, logs=None):
         if self.translator is None:

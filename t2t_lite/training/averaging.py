@@ -8,12 +8,12 @@ model and hparams from O's hparams.json), not for resuming training.
 """
 import os
 import re
-import shutil
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import atomic_files, output_paths
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.run_description import HPARAMS_FILE
 
@@ -73,32 +73,32 @@ def _step(checkpoint_path: str) -> str:
 
 
 def _write_atomically(values: dict, out_path: str):
-    """Writes {path: array} as a model-only checkpoint at out_path: to a temporary prefix
-    first, then renamed with the index last, so that a checkpoint whose index exists is
-    complete."""
-    directory = os.path.dirname(os.path.abspath(out_path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = f"{out_path}.tmp-{os.getpid()}"
+    """Writes {path: array} as a model-only checkpoint at out_path: under atomic_files'
+    temporary prefix first, then renamed with the index last, so that a checkpoint whose index
+    exists is complete."""
+    directory = output_paths.parent_folder(out_path)
+    tf.io.gfile.makedirs(directory)
+    temporary = atomic_files.temporary_path(out_path)
     checkpoint = tf.train.Checkpoint(
         model={path: tf.Variable(value) for path, value in values.items()})
     # write() leaves out the save counter, which checkpoints.restore expects to match.
     checkpoint.save_counter  # noqa: B018 (creates it)
     checkpoint.write(temporary)
     prefix = os.path.basename(temporary) + "."
-    suffixes = [name[len(prefix) - 1:] for name in os.listdir(directory)
+    suffixes = [name[len(prefix) - 1:] for name in tf.io.gfile.listdir(directory)
                 if name.startswith(prefix)]
     for suffix in sorted(suffixes, key=lambda suffix: suffix == ".index"):
-        os.replace(temporary + suffix, out_path + suffix)
+        tf.io.gfile.rename(temporary + suffix, out_path + suffix, overwrite=True)
 
 
 def _keep_run_description(output_dir: str, out_path: str):
     """Copies output_dir's hparams.json beside the result when it goes to a folder without
     one, so that either folder serves as the decoder's --output_dir."""
-    source = os.path.join(output_dir, HPARAMS_FILE)
-    target = os.path.join(os.path.dirname(os.path.abspath(out_path)), HPARAMS_FILE)
-    if os.path.exists(source) and not os.path.exists(target):
-        shutil.copyfile(source, target + ".tmp")
-        os.replace(target + ".tmp", target)
+    source = tf.io.gfile.join(output_dir, HPARAMS_FILE)
+    target = tf.io.gfile.join(output_paths.parent_folder(out_path), HPARAMS_FILE)
+    if tf.io.gfile.exists(source) and not tf.io.gfile.exists(target):
+        with atomic_files.atomic_path(target) as temporary:
+            tf.io.gfile.copy(source, temporary, overwrite=True)
 
 
 def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:

@@ -4,7 +4,6 @@ of the learning-rate schedule.
 Scalars are written with `tf.summary.scalar` (Keras 3's TensorBoard callback writes tensor
 summaries that some TensorBoard tools cannot read) to `output_dir/train` and `output_dir/eval`.
 """
-import os
 import time
 
 import keras
@@ -35,7 +34,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.log_every_steps = log_every_steps
         self.learning_rate = learning_rate
         self.train_writer, self.eval_writer = (
-            [tf.summary.create_file_writer(os.path.join(output_dir, name))
+            [tf.summary.create_file_writer(tf.io.gfile.join(output_dir, name))
              for name in ("train", "eval")] if output_dir
             else [tf.summary.create_noop_writer()] * 2)  # not the chief: progress lines only
         self._last = None  # (step, time, loss_sum, tokens) at the last line

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import itertools
 import math
-import os
 
 import keras
 import tensorflow as tf
@@ -216,7 +215,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         if chief:
             save_run_description(output_dir, problem_name, model_name, hparams)
             write_learning_rate_picture(hparams, config.train_steps,
-                                        os.path.join(output_dir, "learning_rate.png"))
+                                        tf.io.gfile.join(output_dir, "learning_rate.png"))
         try:
             return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                  callbacks if chief else (), strategy, jit_compile, train_data,

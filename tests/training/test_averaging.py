@@ -66,7 +66,7 @@ def test_average_holds_only_the_model(output_dir, tmp_path):
     stored = {averaging.variable_path(key) for key in keys if key.startswith("model/")}
     assert stored == set(model_values(fresh_model()))
     assert not any(key.startswith("optimizer/") for key in keys)
-    assert not [name for name in os.listdir(tmp_path) if ".tmp" in name]
+    assert not [name for name in os.listdir(tmp_path) if ".incomplete" in name]
     assert os.path.exists(tmp_path / "hparams.json")  # the decoder's --output_dir works here
 
 
