@@ -23,7 +23,7 @@ def main(argv):
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
     output_paths.prepare_output_file(FLAGS.out, "out")
     with OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}"):
-        out_path = averaging.average_checkpoints(FLAGS.output_dir, FLAGS.num_last, FLAGS.out)
+        out_path = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")

@@ -28,8 +28,8 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 def main(argv):
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
-        raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file (it "
-                         "draws the first input lines with their translations)")
+        raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
+                               "(it draws the first input lines with their translations)")
     problem, model_name, hparams = common.trained_run_from_flags()
     search_hparams, translator_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,

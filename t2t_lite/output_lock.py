@@ -108,13 +108,16 @@ class OutputLock:
             return False
         return (self._read_holder() or {}).get("token") == self.holder["token"]
 
+    def _is_gone(self, holder: dict) -> bool:
+        """Whether the holder ran on this host and has ended (another host's cannot be told)."""
+        return holder.get("host") == self.holder["host"] and not _is_running(holder)
+
     def refuse_if_held(self):
         """Raises OutputLockedError now if a running program holds the lock, without writing
         anything: a program calls it first, so that it is refused in seconds, before the
         checks and preparations that come before `acquire`."""
         holder = self._read_holder()
-        if holder and not (holder.get("host") == self.holder["host"]
-                           and not _is_running(holder)):
+        if holder and not self._is_gone(holder):
             raise OutputLockedError(self._refusal(holder))
 
     def acquire(self):
@@ -127,7 +130,7 @@ class OutputLock:
             holder = self._read_holder()
             if holder is None:
                 continue  # released between our rename and our read: try again
-            if holder.get("host") == self.holder["host"] and not _is_running(holder):
+            if self._is_gone(holder):
                 logging.warning("taking over the lock %s of %s, which is no longer running",
                                 self.lock_path, describe(holder))
                 tf.io.gfile.remove(self.lock_path)

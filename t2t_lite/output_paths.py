@@ -23,16 +23,24 @@ def _check_writable(folder: str, flag: str, path: str):
         raise FlagError(f"--{flag}={path}: cannot write in {folder}: {error.message}") from None
 
 
-def prepare_output_folder(folder: str, flag: str):
-    """Creates `folder` and its parents; raises FlagError naming --flag if it is a file or
-    cannot be created or written."""
+def _prepare_folder(folder: str, flag: str, path: str):
+    """Creates `folder` (the one --flag=path names or writes in) and its parents; raises
+    FlagError naming --flag=path if it is a file or cannot be created or written."""
+    named = f"--{flag}={path}" + ("" if folder == path else f": {folder}")
     if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
-        raise FlagError(f"--{flag}={folder} is a file, not a folder: choose a folder")
+        raise FlagError(f"{named} is a file, not a folder" +
+                        (": choose a folder" if folder == path else ""))
     try:
         tf.io.gfile.makedirs(folder)
     except tf.errors.OpError as error:
-        raise FlagError(f"--{flag}={folder}: cannot create the folder: {error.message}") from None
-    _check_writable(folder, flag, folder)
+        raise FlagError(f"{named}: cannot create the folder: {error.message}") from None
+    _check_writable(folder, flag, path)
+
+
+def prepare_output_folder(folder: str, flag: str):
+    """Creates `folder` and its parents; raises FlagError naming --flag if it is a file or
+    cannot be created or written."""
+    _prepare_folder(folder, flag, folder)
 
 
 def parent_folder(path: str) -> str:
@@ -45,15 +53,7 @@ def parent_folder(path: str) -> str:
 def prepare_parent_folder(path: str, flag: str):
     """Creates the folder that `path` will be written in; raises FlagError naming --flag if it
     is a file or cannot be created or written."""
-    folder = parent_folder(path)
-    if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
-        raise FlagError(f"--{flag}={path}: {folder} is a file, not a folder")
-    try:
-        tf.io.gfile.makedirs(folder)
-    except tf.errors.OpError as error:
-        raise FlagError(f"--{flag}={path}: cannot create its folder {folder}: "
-                        f"{error.message}") from None
-    _check_writable(folder, flag, path)
+    _prepare_folder(parent_folder(path), flag, path)
 
 
 def prepare_output_file(path: str, flag: str):

@@ -103,13 +103,19 @@ def _keep_run_description(output_dir: str, out_path: str):
 
 def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:
     """Writes at out_path the element-wise mean of every model variable over the last
-    `num_last` checkpoints in output_dir (paper §6.1) and returns out_path.
+    `num_last` checkpoints in output_dir (paper §6.1) and returns out_path."""
+    return average(output_dir, last_checkpoints(output_dir, num_last), out_path)
+
+
+def average(output_dir: str, paths: list, out_path: str) -> str:
+    """Writes at out_path the element-wise mean of every model variable over the checkpoints
+    `paths` of output_dir's run (oldest first, as last_checkpoints lists them) and returns
+    out_path.
 
     The checkpoints must hold the same model variables with the same shapes. Floating-point
     variables are summed in float64 and stored in their own dtype; any other variable (none in
     the Transformer) keeps the last checkpoint's value.
     """
-    paths = last_checkpoints(output_dir, num_last)
     readers = [tf.train.load_checkpoint(path) for path in paths]
     variables = _model_variables(readers[-1], paths[-1])
     for reader, path in zip(readers[:-1], paths[:-1]):
