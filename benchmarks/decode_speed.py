@@ -367,7 +367,7 @@ def run_modes(problem):
 def test_sentences(problem):
     """The first --num_sentences test sentences and their references."""
     paths = problem.text_paths(FLAGS.data_dir, "test")
-    return tuple(decoder.read_lines(paths[name])[:FLAGS.num_sentences]
+    return tuple(decoder.read_sentences(paths[name])[:FLAGS.num_sentences]
                  for name in ("inputs", "targets"))
 
 
@@ -544,7 +544,7 @@ def score_round(name: str, result: dict, output: str, setup: dict, encoders: dic
                 references: list) -> dict:
     """The round's rates, output length and BLEU from its translations (target tokens: the
     SentencePiece pieces of each translation + end of sentence, the same count for all)."""
-    lines = decoder.read_lines(output)
+    lines = decoder.read_sentences(output)
     if name in PEERS:
         lines = [setup["pieces"].decode(line) for line in lines]
     if len(lines) != len(references):

@@ -210,7 +210,7 @@ def run_t2t_lite(problem, hparams, sources, references) -> dict:
     start = time.time()
     paths = problem.text_paths(data_dir(), "test")
     test_sources, test_references = (
-        decoder.read_lines(paths[name])[:FLAGS.test_sentences or None]
+        decoder.read_sentences(paths[name])[:FLAGS.test_sentences or None]
         for name in ("inputs", "targets"))
     model = decoder.load_model("transformer", hparams, problem.vocab_size(data_dir()),
                                output_dir, averaged)

@@ -131,7 +131,7 @@ def translator_and_sentences(problem):
         translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
                                                      jit_compile=FLAGS.jit_compile))
     path = problem.text_paths(FLAGS.data_dir, "test")["inputs"]
-    return translator, decoder.read_lines(path)[:FLAGS.num_sentences]
+    return translator, decoder.read_sentences(path)[:FLAGS.num_sentences]
 
 
 def timed_translation(translator, sentences) -> float:

@@ -33,8 +33,8 @@ def main(argv):
     search_hparams, _ = common.decode_hparams_from_flags()
     export_dir = FLAGS.export_dir.rstrip("/")
     output_paths.prepare_parent_folder(export_dir, "export_dir")
-    # Beside the SavedModel's folder, which stays empty until it is written whole.
-    with OutputLock(export_dir + ".lock", f"write --export_dir={export_dir}"):
+    # Beside the SavedModel's folder, which does not exist until it is written whole.
+    with OutputLock.beside(export_dir, f"write --export_dir={export_dir}"):
         checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
                                    FLAGS.output_dir, export_dir, search_hparams,
                                    FLAGS.checkpoint_path, FLAGS.export_jit_compile,

@@ -52,10 +52,20 @@ def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
                                       max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME)
 
 
+def reader(checkpoint_path: str):
+    """A reader of the checkpoint with this prefix.
+
+    `tf.train.load_checkpoint` first asks whether the path is a folder, and on file systems
+    without real folders (ram://) "O/model.ckpt-2" counts as one because "O/model.ckpt-2.index"
+    lies under that name; the reader takes the prefix as given, as `tf.train.Checkpoint.restore`
+    does."""
+    return tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
+
+
 def check_compatible(checkpoint_path: str, model):
     """Raises CheckpointError naming the first model variable the checkpoint lacks or shapes
     differently."""
-    stored = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+    stored = reader(checkpoint_path).get_variable_to_shape_map()
     for path, variable in model_variables(model).items():
         key = checkpoint_key(path)
         if key not in stored:
@@ -93,12 +103,13 @@ def resolve(output_dir: str, checkpoint_path: str = None) -> str:
             raise CheckpointError(f"no checkpoint in {output_dir}: train first "
                                   f"(t2t_lite-trainer --output_dir={output_dir})")
         return latest
+    # The prefix first: on ram:// a prefix also counts as a folder (see reader).
+    if tf.io.gfile.exists(checkpoint_path + ".index"):
+        return checkpoint_path
     if tf.io.gfile.isdir(checkpoint_path):
         latest = tf.train.latest_checkpoint(checkpoint_path)
         if latest:
             return latest
-    elif tf.io.gfile.exists(checkpoint_path + ".index"):
-        return checkpoint_path
     folders = dict.fromkeys([output_dir, output_paths.parent_folder(checkpoint_path)])
     existing = [path for folder in folders if tf.io.gfile.isdir(folder)
                 for path in existing_checkpoints(folder)]

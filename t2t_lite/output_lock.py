@@ -67,9 +67,10 @@ def describe(holder: dict) -> str:
 class OutputLock:
     """A context manager that holds `lock_path` for this process.
 
-    `OutputLock.of_folder(folder)` locks a folder through a file inside it; `OutputLock(path)`
-    takes any path (the exporter locks `export_dir + ".lock"` beside the SavedModel, whose
-    folder must stay empty until it is written whole).
+    `OutputLock.of_folder(folder)` locks a folder through a file inside it;
+    `OutputLock.beside(path)` through the hidden file `.NAME.lock` next to it (the exporter's
+    SavedModel folder must not exist until it is written whole, and on ram:// a visible
+    `NAME.lock` would make `NAME` look existing); `OutputLock(path)` takes any lock path.
     """
 
     def __init__(self, lock_path: str, purpose: str = None):
@@ -86,6 +87,11 @@ class OutputLock:
     @classmethod
     def of_folder(cls, folder: str, purpose: str = None) -> "OutputLock":
         return cls(tf.io.gfile.join(folder, LOCK_NAME), purpose or f"write {folder}")
+
+    @classmethod
+    def beside(cls, path: str, purpose: str = None) -> "OutputLock":
+        folder, name = os.path.split(path.rstrip("/"))
+        return cls(os.path.join(folder, f".{name}.lock"), purpose or f"write {path}")
 
     def _read_holder(self):
         try:

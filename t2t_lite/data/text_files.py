@@ -3,7 +3,7 @@ line N of the target file; plain or gzip. Every problem with a file names the fi
 import gzip
 import itertools
 import os
-import tempfile
+import shutil
 import urllib.request
 
 import tensorflow as tf
@@ -11,6 +11,8 @@ from absl import logging
 
 from t2t_lite import atomic_files
 from t2t_lite.data.problem import DataError
+
+DOWNLOAD_CHUNK_BYTES = 1 << 20
 
 
 def maybe_download(directory: str, filename: str, url: str) -> str:
@@ -21,36 +23,54 @@ def maybe_download(directory: str, filename: str, url: str) -> str:
     tf.io.gfile.makedirs(directory)
     logging.info("downloading %s to %s", url, path)
     try:
-        with atomic_files.atomic_path(path) as temporary:
-            if "://" not in temporary:
-                urllib.request.urlretrieve(url, temporary)
-            else:  # urllib writes local files only: through a local copy to gs://, ram://, ...
-                with tempfile.TemporaryDirectory() as local:
-                    urllib.request.urlretrieve(url, os.path.join(local, filename))
-                    tf.io.gfile.copy(os.path.join(local, filename), temporary, overwrite=True)
+        # Streamed into tf.io.gfile, so the download lands on any TensorFlow file system.
+        with urllib.request.urlopen(url) as response, \
+                atomic_files.atomic_write(path, "wb") as handle:
+            shutil.copyfileobj(response, handle, DOWNLOAD_CHUNK_BYTES)
     except OSError as error:
         raise DataError(f"cannot download {url} to {path}: {error}. Put the file there by hand "
                         f"to skip the download.") from None
     return path
 
 
-def read_lines(path: str):
+INVALID_UTF8_POLICIES = ("error", "replace")
+
+
+def read_lines(path: str, invalid_utf8: str = "error"):
     """Yields the lines of a UTF-8 text file (gunzipped if it ends in .gz) without their line
-    ends; read through tf.io.gfile, so on any TensorFlow file system."""
+    ends; read through tf.io.gfile, so on any TensorFlow file system.
+
+    A line that is not valid UTF-8 is a DataError naming the file and line ("error", for data
+    that goes into training), or is kept with U+FFFD for its bad bytes and a warning that names
+    it ("replace", for sentences to translate: each input line still gets its output line).
+    """
     if not tf.io.gfile.exists(path):
         raise DataError(f"missing file {path}")
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
-            lines = gzip.GzipFile(fileobj=handle, mode="rb") if path.endswith(".gz") else handle
-            for number, raw in enumerate(lines, start=1):
-                try:
-                    line = raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as error:
-                    raise DataError(f"{path}, line {number}: invalid UTF-8 ({error.reason} at "
-                                    f"byte {error.start})") from None
-                yield line
+            raw_lines = (gzip.GzipFile(fileobj=handle, mode="rb") if path.endswith(".gz")
+                         else handle)
+            yield from decode_lines(raw_lines, path, invalid_utf8)
     except (OSError, tf.errors.OpError) as error:  # a folder, no permission, not gzip, ...
         raise DataError(f"cannot read {path}: {error}") from None
+
+
+def decode_lines(raw_lines, name: str, invalid_utf8: str = "error"):
+    """Yields byte lines decoded from UTF-8 without their line ends; `name` (a file, "stdin")
+    and `invalid_utf8` as in read_lines."""
+    if invalid_utf8 not in INVALID_UTF8_POLICIES:
+        raise ValueError(f"invalid_utf8 must be one of {INVALID_UTF8_POLICIES}, not "
+                         f"{invalid_utf8!r}")
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            problem = f"{name}, line {number}: invalid UTF-8 ({error.reason} at byte {error.start})"
+            if invalid_utf8 == "error":
+                raise DataError(problem) from None
+            logging.warning("%s; bad bytes replaced by U+FFFD", problem)
+            line = raw.decode("utf-8", errors="replace")
+        yield line.rstrip("\r\n")
 
 
 def read_parallel(source_path: str, target_path: str):

@@ -17,6 +17,7 @@ from absl import logging
 
 from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.atomic_files import atomic_write
+from t2t_lite.data import text_files
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import SearchHParams, search
@@ -152,30 +153,13 @@ def score(hypotheses: list, references: list) -> dict:
             "bleu_signature": str(bleu.get_signature()), "bleu_text": str(result)}
 
 
-def read_lines(path: str) -> list:
+def read_sentences(path: str) -> list:
     """The lines of a UTF-8 file (through tf.io.gfile; or stdin for None), without their line
     ends. A line that is not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning
-    names it."""
+    names it: every input line gets its output line."""
     if path is None:
-        return _decoded_lines(sys.stdin.buffer, "stdin")
-    try:
-        with tf.io.gfile.GFile(path, "rb") as handle:
-            return _decoded_lines(handle, path)
-    except tf.errors.OpError as error:
-        raise DataError(f"cannot read {path}: {error.message}") from None
-
-
-def _decoded_lines(handle, name: str) -> list:
-    lines = []
-    for number, raw in enumerate(handle, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            logging.warning("%s line %d: invalid UTF-8 (%s at byte %d); bad bytes replaced by "
-                            "U+FFFD", name, number, error.reason, error.start)
-            line = raw.decode("utf-8", errors="replace")
-        lines.append(line.rstrip("\r\n"))
-    return lines
+        return list(text_files.decode_lines(sys.stdin.buffer, "stdin", invalid_utf8="replace"))
+    return list(text_files.read_lines(path, invalid_utf8="replace"))
 
 
 def write_lines(path: str, lines: list):
@@ -198,8 +182,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     `reference`, returns and logs the scores."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    lines = read_lines(decode_from)
-    references = None if reference is None else read_lines(reference)
+    lines = read_sentences(decode_from)
+    references = None if reference is None else read_sentences(reference)
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")

@@ -43,7 +43,7 @@ import json
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, registry
+from t2t_lite import atomic_files, checkpoints, registry
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams, search
@@ -51,7 +51,6 @@ from t2t_lite.errors import UserError
 from t2t_lite.run_description import save_run_description
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
-TEMPORARY_SUFFIX = ".tmp"
 FAILED_SCORE = float("-inf")  # the score of a sentence that is not translated
 
 
@@ -121,19 +120,14 @@ def check_export_dir(export_dir: str, overwrite: bool = False):
 
 
 def save_atomically(module, export_dir: str, write_extras=None):
-    """Saves to export_dir + ".tmp" and renames it to export_dir when complete, so a folder
-    named export_dir is always a whole SavedModel (TensorFlow Serving may be watching the parent
-    folder for new versions). `write_extras(folder)` adds files before the rename."""
-    export_dir = export_dir.rstrip("/")
-    temporary = export_dir + TEMPORARY_SUFFIX
-    if tf.io.gfile.exists(temporary):
-        tf.io.gfile.rmtree(temporary)
-    tf.saved_model.save(module, temporary, signatures={SIGNATURE_NAME: module.serve})
-    if write_extras:
-        write_extras(temporary)
-    if tf.io.gfile.exists(export_dir):
-        tf.io.gfile.rmtree(export_dir)  # empty, or --overwrite
-    tf.io.gfile.rename(temporary, export_dir)
+    """Saves under atomic_files' hidden temporary name beside export_dir and renames it to
+    export_dir when complete, so a folder named export_dir is always a whole SavedModel
+    (TensorFlow Serving may be watching the parent folder for new versions, and it loads only
+    numbered folders). `write_extras(folder)` adds files before the rename."""
+    with atomic_files.atomic_folder(export_dir) as temporary:
+        tf.saved_model.save(module, temporary, signatures={SIGNATURE_NAME: module.serve})
+        if write_extras:
+            write_extras(temporary)
 
 
 def ops_needing_xla(export_dir: str) -> list:

@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import atomic_files, output_paths
+from t2t_lite import checkpoints
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.run_description import HPARAMS_FILE
 
@@ -116,7 +117,7 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
     variables are summed in float64 and stored in their own dtype; any other variable (none in
     the Transformer) keeps the last checkpoint's value.
     """
-    readers = [tf.train.load_checkpoint(path) for path in paths]
+    readers = [checkpoints.reader(path) for path in paths]
     variables = _model_variables(readers[-1], paths[-1])
     for reader, path in zip(readers[:-1], paths[:-1]):
         if _model_variables(reader, path) != variables:

@@ -12,11 +12,10 @@ part in every step and every save, but save into a private directory that is del
 """
 import json
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
+from t2t_lite import atomic_files
 from t2t_lite.errors import UserError
 
 
@@ -69,16 +68,26 @@ def is_chief(strategy) -> bool:
 
 
 class CheckpointDirectory:
-    """`output_dir` for the chief; a temporary directory for the other workers, which must
-    save too (the save is collective) but whose copies nobody reads. Use as a context."""
+    """`output_dir` for the chief; for each other worker, which must save too (the save is
+    collective) but whose copies nobody reads, a hidden folder of its own inside output_dir
+    (`.worker_1.incomplete`), removed when training ends. It lives on output_dir's file system
+    (tf.io.gfile), as in TensorFlow's multi-worker guide. Use as a context."""
 
     def __init__(self, output_dir: str, strategy):
         self.chief = is_chief(strategy)
-        self.path = output_dir if self.chief else tempfile.mkdtemp(prefix="t2t_lite_worker_")
+        if self.chief:
+            self.path = output_dir
+        else:
+            resolver = strategy.cluster_resolver
+            self.path = atomic_files.temporary_path(
+                tf.io.gfile.join(output_dir, f"{resolver.task_type}_{resolver.task_id}"))
 
     def __enter__(self):
+        if not self.chief:
+            atomic_files.remove_tree_if_exists(self.path)  # a killed run's copies
+            tf.io.gfile.makedirs(self.path)
         return self.path
 
     def __exit__(self, *exc_info):
         if not self.chief:
-            shutil.rmtree(self.path, ignore_errors=True)
+            atomic_files.remove_tree_if_exists(self.path)

@@ -136,7 +136,7 @@ def test_decode_to_file_in_a_new_folder_is_created_and_a_bad_one_refused_first(
     assert code == 2 and "error: --decode_to_file=" in out and "is a file" in out, out
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
                     f"--decode_from_file={tmp_path / 'missing.txt'}")
-    assert code == 2 and f"error: cannot read {tmp_path / 'missing.txt'}" in out, out
+    assert code == 2 and f"error: missing file {tmp_path / 'missing.txt'}" in out, out
 
 
 def test_a_checkpoint_from_other_hparams_is_named(data_dir, trained_dir):

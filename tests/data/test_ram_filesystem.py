@@ -96,3 +96,20 @@ def test_gzip_text_is_read_through_gfile():
     with tf.io.gfile.GFile(path, "wb") as handle:
         handle.write(gzip.compress("eins\nzwei\n".encode("utf-8")))
     assert list(read_lines(path)) == ["eins", "zwei"]
+
+
+def test_a_download_is_written_whole_through_gfile(tmp_path):
+    from t2t_lite.data.problem import DataError
+    from t2t_lite.data.text_files import maybe_download
+    served = tmp_path / "served.txt"
+    served.write_bytes(b"x" * 3_000_000)  # more than one chunk
+    folder = ram_folder("download")
+    path = maybe_download(folder, "raw.txt", served.as_uri())
+    assert path == f"{folder}/raw.txt"
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        assert handle.read() == served.read_bytes()
+    served.unlink()
+    assert maybe_download(folder, "raw.txt", served.as_uri()) == path  # kept, not fetched
+    with pytest.raises(DataError, match=f"cannot download {served.as_uri()} to {folder}/gone"):
+        maybe_download(folder, "gone.txt", served.as_uri())
+    assert sorted(tf.io.gfile.listdir(folder)) == ["raw.txt"]  # nothing half-written

@@ -50,6 +50,6 @@ def test_invalid_utf8_is_replaced_and_named(tmp_path, caplog):
     path = tmp_path / "in.txt"
     path.write_bytes(b"1 2\n3 \xff 4\n5\n")
     with caplog.at_level(logging.WARNING):
-        lines = decoder.read_lines(str(path))
+        lines = decoder.read_sentences(str(path))
     assert lines == ["1 2", "3 \ufffd 4", "5"]
-    assert f"{path} line 2: invalid UTF-8" in caplog.text
+    assert f"{path}, line 2: invalid UTF-8" in caplog.text

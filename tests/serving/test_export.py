@@ -121,9 +121,15 @@ def fresh_process(trained, exported, xla_exported, tmp_path_factory):
         return json.load(handle), out[out.index("saved_model_cli:"):]
 
 
+def leftovers_beside(export_dir):
+    """What the exporter left next to the SavedModel: its temporary folder or its lock."""
+    return [name for name in os.listdir(os.path.dirname(export_dir))
+            if name.endswith((".incomplete", ".lock"))]
+
+
 def test_the_export_is_complete_and_records_its_hparams(trained, exported):
     assert os.path.exists(os.path.join(exported, "saved_model.pb"))
-    assert not os.path.exists(exported + ".tmp")
+    assert leftovers_beside(exported) == []
     with open(os.path.join(exported, "hparams.json")) as handle:
         description = json.load(handle)
     with open(os.path.join(trained[1], "hparams.json")) as handle:
@@ -206,7 +212,7 @@ def test_no_xla_by_default(exported):
 def test_overwrite_with_xla(xla_exported):
     assert sorted(os.listdir(xla_exported)) == ["assets", "fingerprint.pb", "hparams.json",
                                                 "saved_model.pb", "variables"]
-    assert not os.path.exists(xla_exported + ".tmp")
+    assert leftovers_beside(xla_exported) == []
     assert True in xla_flags(xla_exported)
 
 

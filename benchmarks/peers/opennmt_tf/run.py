@@ -334,7 +334,7 @@ def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_senten
         paths["counts"][split] = count
     test = problem.text_paths(data_dir, "test")
     paths["test_source"] = os.path.join(out_dir, "test.source")
-    sources, references = (decoder.read_lines(test[feature]) for feature in ("inputs", "targets"))
+    sources, references = (decoder.read_sentences(test[feature]) for feature in ("inputs", "targets"))
     if test_sentences:
         sources, references = sources[:test_sentences], references[:test_sentences]
     decoder.write_lines(paths["test_source"], [pieces.encode(line) for line in sources])
@@ -631,7 +631,7 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
                                        "--features_file", paths["test_source"],
                                        "--predictions_file", pieces_path],
             os.path.join(work_dir, "infer.log"), "infer")
-        hypotheses = [pieces.decode(line) for line in decoder.read_lines(pieces_path)]
+        hypotheses = [pieces.decode(line) for line in decoder.read_sentences(pieces_path)]
         decoder.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
         scores = decoder.score(hypotheses, paths["test_references"])
         result.update({"bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
@@ -673,8 +673,8 @@ def dev_bleu_sentences(paths: dict):
     if FLAGS.dev_bleu_source or FLAGS.dev_bleu_reference:
         if not (FLAGS.dev_bleu_source and FLAGS.dev_bleu_reference):
             raise PeerError("give both --dev_bleu_source and --dev_bleu_reference")
-        sources = decoder.read_lines(FLAGS.dev_bleu_source)
-        references = decoder.read_lines(FLAGS.dev_bleu_reference)
+        sources = decoder.read_sentences(FLAGS.dev_bleu_source)
+        references = decoder.read_sentences(FLAGS.dev_bleu_reference)
         if len(sources) != len(references):
             raise PeerError(f"--dev_bleu_source has {len(sources)} lines but "
                             f"--dev_bleu_reference has {len(references)}")
@@ -707,7 +707,7 @@ def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir:
                                               "--features_file", source_path,
                                               "--predictions_file", output],
                    f"{point['path']}.infer.log", f"dev BLEU, step {point['step']}")
-        hypotheses = [pieces.decode(line) for line in decoder.read_lines(output)]
+        hypotheses = [pieces.decode(line) for line in decoder.read_sentences(output)]
         scores = decoder.score(hypotheses, references)
         scored.append({**point, "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"]})
     return scored
