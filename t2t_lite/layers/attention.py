@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from t2t_lite.layers.dropout import Dropout
+from t2t_lite.layers.kernels import LayerWithKernels
 
 NEG_INF = -1e9
 
@@ -27,32 +28,8 @@ def causal_bias(length):
     return ops.cast(future, "float32")[None, None] * NEG_INF
 
 
-def default_kernel_initializer(gain=1.0):
-    """Glorot-uniform scaled by `gain`: t2t's uniform_unit_scaling(initializer_gain)."""
-    return keras.initializers.VarianceScaling(scale=gain, mode="fan_avg",
-                                              distribution="uniform")
-
-
-def independent_copy(initializer, index: int):
-    """A copy of `initializer` that draws values of its own for the index-th kernel of a layer.
-
-    A Keras 3 initializer instance returns the same values at every call of one shape (an
-    unseeded one draws its seed once, when it is created), so kernels built from one instance
-    would all start equal: the query, key, value and output projections of an attention layer
-    would be one matrix. tensor2tensor drew every kernel independently. A copy of an unseeded
-    initializer draws a new seed; a seeded one's copy gets seed + index, so a seeded run stays
-    reproducible.
-    """
-    config = initializer.get_config()
-    if isinstance(config.get("seed"), int):
-        config["seed"] += index
-    elif "seed" in config:
-        config["seed"] = None
-    return initializer.__class__.from_config(config)
-
-
 @keras.saving.register_keras_serializable(package="t2t_lite")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(LayerWithKernels):
     """§3.2.2 Multi-Head Attention: h heads of scaled dot-product attention over projections.
 
     Queries come from `query`; keys and values from `memory` (self-attention when it is None).
@@ -78,11 +55,8 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer=None, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(dropout, kernel_initializer, **kwargs)
         self.num_heads = num_heads
-        self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or default_kernel_initializer())
 
     def build(self, query_shape, memory_shape=None):
         memory_shape = memory_shape or query_shape
@@ -94,7 +68,7 @@ class MultiHeadAttention(keras.layers.Layer):
         def projection(name, index):
             return keras.layers.Dense(
                 depth, use_bias=False, name=name, dtype=self.dtype_policy,
-                kernel_initializer=independent_copy(self.kernel_initializer, index))
+                kernel_initializer=self.kernel_initializer_of(index))
 
         self.query_dense = projection("query", 0)
         self.key_dense = projection("key", 1)
@@ -209,5 +183,4 @@ class MultiHeadAttention(keras.layers.Layer):
         return query_shape
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
+        return {**super().get_config(), "num_heads": self.num_heads}

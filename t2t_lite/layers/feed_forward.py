@@ -4,12 +4,12 @@
 """
 import keras
 
-from t2t_lite.layers.attention import default_kernel_initializer, independent_copy
 from t2t_lite.layers.dropout import Dropout
+from t2t_lite.layers.kernels import LayerWithKernels
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
-class FeedForward(keras.layers.Layer):
+class FeedForward(LayerWithKernels):
     """§3.3 Position-wise Feed-Forward Network: two linear maps with a relu between them,
     applied to each position separately; the output depth equals the input depth.
 
@@ -24,21 +24,18 @@ class FeedForward(keras.layers.Layer):
     """
 
     def __init__(self, filter_size, dropout=0.0, kernel_initializer=None, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(dropout, kernel_initializer, **kwargs)
         self.filter_size = filter_size
-        self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or default_kernel_initializer())
 
     def build(self, input_shape):
         depth = input_shape[-1]
         self.filter_dense = keras.layers.Dense(
             self.filter_size, activation="relu", name="filter", dtype=self.dtype_policy,
-            kernel_initializer=independent_copy(self.kernel_initializer, 0))
+            kernel_initializer=self.kernel_initializer_of(0))
         self.relu_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = keras.layers.Dense(
             depth, name="output", dtype=self.dtype_policy,
-            kernel_initializer=independent_copy(self.kernel_initializer, 1))
+            kernel_initializer=self.kernel_initializer_of(1))
         self.filter_dense.build(input_shape)
         self.output_dense.build(tuple(input_shape[:-1]) + (self.filter_size,))
 
@@ -50,6 +47,4 @@ class FeedForward(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "filter_size": self.filter_size,
-                "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
+        return {**super().get_config(), "filter_size": self.filter_size}

@@ -12,11 +12,11 @@ import keras
 from keras import ops
 
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,
-                                       default_kernel_initializer, padding_bias)
+from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import PAD_ID, make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
+from t2t_lite.layers.kernels import default_kernel_initializer
 from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection
 from t2t_lite.layers.timing_signal import AddTimingSignal
 from t2t_lite.registry import register_model
