@@ -17,12 +17,18 @@ import tensorflow as tf
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
+def hidden_sibling(path: str, suffix: str) -> str:
+    """`folder/.name{suffix}`: a hidden name beside `path` that does not start with `path`
+    (see above: on ram:// a name starting with `path` would make `path` look existing)."""
+    folder, name = os.path.split(path.rstrip("/"))
+    return os.path.join(folder, f".{name}{suffix}")
+
+
 def temporary_path(path: str, owner: str = None) -> str:
     """The name `path` is written under until it is complete: `folder/.name.incomplete`, or
     `folder/.name.OWNER.incomplete` for a writer that must not share it with another process."""
-    folder, name = os.path.split(path.rstrip("/"))
     owner = f".{owner}" if owner else ""
-    return os.path.join(folder, f".{name}{owner}{INCOMPLETE_SUFFIX}")
+    return hidden_sibling(path, f"{owner}{INCOMPLETE_SUFFIX}")
 
 
 @contextlib.contextmanager

@@ -90,8 +90,7 @@ class OutputLock:
 
     @classmethod
     def beside(cls, path: str, purpose: str = None) -> "OutputLock":
-        folder, name = os.path.split(path.rstrip("/"))
-        return cls(os.path.join(folder, f".{name}.lock"), purpose or f"write {path}")
+        return cls(atomic_files.hidden_sibling(path, ".lock"), purpose or f"write {path}")
 
     def _read_holder(self):
         try:

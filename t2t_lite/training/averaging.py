@@ -13,8 +13,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, output_paths
-from t2t_lite import checkpoints
+from t2t_lite import atomic_files, checkpoints, output_paths
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.run_description import HPARAMS_FILE
 
