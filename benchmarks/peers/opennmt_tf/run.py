@@ -2,7 +2,7 @@
 
   python benchmarks/peers/opennmt_tf/run.py --data_dir=D --work_dir=W
       (--train_steps=N | --train_minutes=M) [--warmup_steps=400 --learning_rate_constant=0.5]
-      [--save_every=100 --average_last=3 --decode] [--dev_loss] [--curve_every_minutes=3
+      [--continue_training] [--save_every=100 --average_last=3 --decode] [--dev_loss] [--curve_every_minutes=3
       [--dev_bleu_source=F --dev_bleu_reference=F]] [--log_every=25] [--output_json=F]
 
 1. Environment: OpenNMT-tf needs TensorFlow 2.13, which needs Python 3.10 or 3.11. A virtual
@@ -130,6 +130,11 @@ def define_flags():
                          "transformer_small's).")
     flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
                        "(default: transformer_small's).")
+    flags.DEFINE_boolean("continue_training", False, "Train further from the checkpoints already "
+                         "in --work_dir/model (OpenNMT-tf restores the latest; --train_steps "
+                         "then counts from update 0, as train.max_step does) instead of "
+                         "starting a fresh model. The schedule flags must be the ones that "
+                         "model was trained with.")
     flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
                          "(train.save_checkpoints_steps).")
     flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
@@ -585,7 +590,10 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
         handle.write(yaml_text(onmt_config(hparams, paths, model_dir)) + "\n")
     with open(model_path, "w", encoding="utf-8") as handle:
         handle.write(model_file_text(hparams))
-    shutil.rmtree(model_dir, ignore_errors=True)  # a fresh model, not a continued one
+    if not FLAGS.continue_training:
+        shutil.rmtree(model_dir, ignore_errors=True)  # a fresh model, not a continued one
+    elif not checkpoint_count(model_dir):
+        raise PeerError(f"--continue_training: no checkpoint in {model_dir} to continue from")
     result["prepare_seconds"] = time.time() - start
 
     common_args = ["--config", config_path, "--model", model_path, "--seed", str(FLAGS.seed),
