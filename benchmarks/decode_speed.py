@@ -5,7 +5,8 @@ OpenNMT-tf and CTranslate2 (--compare).
       [--modes=beam4_cached,beam4_uncached,greedy_cached,greedy_uncached] [--output_json=F]
   python benchmarks/decode_speed.py --compare --data_dir=D --t2t_lite_dir=T --peer_dir=P
       --work_dir=W [--rounds=3] [--num_sentences=1000 --batch_size=32 --beam_size=4 --alpha=0.6]
-      [--intra_op_parallelism_threads=0 --inter_op_parallelism_threads=0] [--output_json=F]
+      [--parallel_batches=1] [--intra_op_parallelism_threads=0 --inter_op_parallelism_threads=0]
+      [--output_json=F]
 
 Modes. O holds a trained translate_multi30k_deen model (t2t_lite-trainer); if it has no
 checkpoint, transformer_small is trained there first for --train_steps (a short run: its
@@ -20,17 +21,21 @@ against the references (cached and uncached must agree), and peak resident memor
 cached / uncached is the speed-up of incremental decoding (the issue's target: at least 3).
 
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
---alpha, batches of --batch_size, and the same thread pools (--intra_op_parallelism_threads,
---inter_op_parallelism_threads) for five contestants (--contestants chooses):
+--alpha, batches of --batch_size, --parallel_batches batches translated at once (each with
+--intra_op_parallelism_threads threads for an operation; 0: the cores / --parallel_batches), and
+the same --inter_op_parallelism_threads for five contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
-    search without XLA; "(XLA)" in the table if that default changes) on the model in
+    search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
+    from --parallel_batches, its thread pools sized as t2t_lite-decoder sizes them
+    (`set_decoding_threads`), on the model in
     --t2t_lite_dir (its averaged/ checkpoint when there, as multi30k_recipe.py decodes, else
     its latest; --t2t_lite_checkpoint chooses).
   - t2t_lite SavedModel: that checkpoint exported once by t2t_lite-exporter into W/saved_model
     (without XLA, the exporter's default) and, in each round, loaded with tf.saved_model.load
     in a fresh process that imports TensorFlow and tensorflow-text only, the way a server does;
     its "serving_default" signature is called on batches of --batch_size raw sentences
-    (batched in the decoder's order, sorted by length).
+    (batched in the decoder's order, sorted by length), --parallel_batches calls at once from
+    threads of their own (as a server's concurrent requests).
   - t2t_lite SavedModel (XLA): the same, exported with --export_jit_compile into
     W/saved_model_xla. XLA compiles the search once per batch shape (the number of sentences
     and of source tokens, which a server gets from its clients), so its warm-up translates
@@ -42,9 +47,12 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
     users get them (TF_ENABLE_ONEDNN_OPTS as this program was started with). It runs through
     peers/opennmt_tf/decode.py, which times OpenNMT-tf's inference loop apart from its tracing
     and first batch (OpenNMT-tf's own timing counts the first batch's graph optimization).
+    It translates one batch at a time whatever --parallel_batches says (it has no such
+    setting), with the thread flags as given.
   - CTranslate2 float32: that checkpoint converted once by ct2-opennmt-tf-converter into
     W/ctranslate2 (in the peer's environment) and translated with ctranslate2.Translator,
-    intra_threads / inter_threads from the thread flags (run.py's `ctranslate2_threads`), up to
+    inter_threads --parallel_batches and intra_threads as t2t_lite's intra-op threads (run.py's
+    `ctranslate2_threads`), up to
     the peer configuration's maximum_decoding_length. Its length penalty is length^alpha, not
     GNMT's ((5 + length) / 6)^alpha as in t2t_lite and OpenNMT-tf, so a few beams may rank
     differently (its BLEU says whether that matters).
@@ -70,6 +78,7 @@ onmt-main infer, at least 2/3 of CTranslate2, and peak memory at most OpenNMT-tf
 W keeps each contestant-round's translations and log (round<R>_<contestant>.txt, .tokens for
 the peer's, .log), the SavedModels, the CTranslate2 model and the peer's decode.yml and tokens.
 """
+import concurrent.futures
 import json
 import os
 import resource
@@ -95,13 +104,16 @@ def time_each(translate_one, lines: list) -> list:
 
 
 def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_threads: int,
-                       inter_threads: int, warm_up_every_shape: bool = False):
+                       inter_threads: int, parallel_batches: int,
+                       warm_up_every_shape: bool = False):
     """One round of the SavedModel, in a process that imports TensorFlow and tensorflow-text
     only (what a server loads), not t2t_lite. The job file (JSON) has the sentences, their
     batches (lists of indices: the decoder's order, sorted by length) and the latency count.
     The warm-up is one batch, or with `warm_up_every_shape` (an XLA-compiled search, which
-    compiles once per batch shape) every batch and every latency sentence once.
-    Writes the translations in input order and prints "CONTESTANT {json}"."""
+    compiles once per batch shape) every batch and every latency sentence once. The timed
+    pass sends `parallel_batches` batches at once, from threads of their own (as concurrent
+    requests to a server). Writes the translations in input order and prints
+    "CONTESTANT {json}"."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
     tf.config.threading.set_intra_op_parallelism_threads(intra_threads)
@@ -126,9 +138,11 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
 
     start = time.perf_counter()
     outputs = [""] * len(sources)
-    for batch in batches:
-        for index, output in zip(batch, translate([sources[i] for i in batch])):
-            outputs[index] = output
+    with concurrent.futures.ThreadPoolExecutor(parallel_batches) as pool:
+        translated = pool.map(lambda batch: translate([sources[i] for i in batch]), batches)
+        for batch, batch_outputs in zip(batches, translated):
+            for index, output in zip(batch, batch_outputs):
+                outputs[index] = output
     result["seconds"] = time.perf_counter() - start
     result["latency_seconds"] = time_each(lambda line: translate([line]),
                                           sources[:job["latency_sentences"]])
@@ -142,8 +156,8 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [SAVED_MODEL_CLIENT]:
-    export_dir, job_path, output_path, intra, inter, every_shape = sys.argv[2:]
-    saved_model_client(export_dir, job_path, output_path, int(intra), int(inter),
+    export_dir, job_path, output_path, intra, inter, parallel, every_shape = sys.argv[2:]
+    saved_model_client(export_dir, job_path, output_path, int(intra), int(inter), int(parallel),
                        every_shape == "True")
     sys.exit(0)
 
@@ -211,6 +225,10 @@ flags.DEFINE_string("train_hparams", "learning_rate_warmup_steps=300,learning_ra
 flags.DEFINE_integer("num_sentences", 1000, "Test sentences decoded in each mode or round.",
                      lower_bound=1)
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer("parallel_batches", 1, "Batches translated at once (t2t_lite's "
+                     "decode_hparams parallel_batches; the SavedModel's client threads; "
+                     "CTranslate2's inter_threads; not onmt-main infer's), each with "
+                     "--intra_op_parallelism_threads threads (0: cores / this).", lower_bound=1)
 flags.DEFINE_list("modes", list(MODES), f"Any of {', '.join(MODES)}.")
 flags.DEFINE_string("mode", None, "Internal: measure this one mode and print its JSON.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
@@ -251,6 +269,13 @@ flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), f"one of {MODES}")
 flags.register_validator("contestants", lambda names: set(names) <= set(CONTESTANTS),
                          f"one of {', '.join(CONTESTANTS)}")
+
+
+def batch_intra_threads() -> int:
+    """Intra-op threads of each batch translated at once: the flag, else the cores shared among
+    --parallel_batches (what t2t_lite-decoder chooses: common.set_decoding_threads)."""
+    return FLAGS.intra_op_parallelism_threads or max(
+        1, decoder.usable_cores() // FLAGS.parallel_batches)
 
 
 def thread_flags() -> list:
@@ -299,7 +324,8 @@ def measure(mode, problem):
     translator = decoder.Translator(
         model, encoders, SearchHParams(beam_size=beam_size, use_cache=use_cache),
         problem.max_length,
-        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size))
+        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
+                                                     parallel_batches=FLAGS.parallel_batches))
     start = time.perf_counter()
     shapes = compile_shapes(translator, encoders, sources)
     compile_seconds = time.perf_counter() - start
@@ -321,7 +347,7 @@ def run_mode_process(mode):
     command = [sys.executable, os.path.abspath(__file__), f"--mode={mode}",
                f"--data_dir={FLAGS.data_dir}", f"--output_dir={FLAGS.output_dir}",
                f"--num_sentences={FLAGS.num_sentences}", f"--batch_size={FLAGS.batch_size}",
-               *thread_flags()]
+               f"--parallel_batches={FLAGS.parallel_batches}", *thread_flags()]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"mode {mode} failed:\n{result.stderr[-3000:]}")
@@ -371,11 +397,11 @@ def test_sentences(problem):
                  for name in ("inputs", "targets"))
 
 
-def make_translator(model, encoders, max_length: int, batch_size: int):
+def make_translator(model, encoders, max_length: int, batch_size: int, parallel_batches: int):
     return decoder.Translator(model, encoders,
                               SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),
-                              max_length,
-                              translator_hparams=decoder.TranslatorHParams(batch_size=batch_size))
+                              max_length, translator_hparams=decoder.TranslatorHParams(
+                                  batch_size=batch_size, parallel_batches=parallel_batches))
 
 
 def t2t_lite_decoder_round(problem, sources: list):
@@ -385,7 +411,8 @@ def t2t_lite_decoder_round(problem, sources: list):
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.t2t_lite_dir, FLAGS.t2t_lite_checkpoint)
     encoders = problem.feature_encoders(FLAGS.data_dir)
-    translator = make_translator(model, encoders, problem.max_length, FLAGS.batch_size)
+    translator = make_translator(model, encoders, problem.max_length, FLAGS.batch_size,
+                                 FLAGS.parallel_batches)
     shapes = compile_shapes(translator, encoders, sources)
     result = {"warmup_seconds": time.perf_counter() - start, "shapes": shapes}
 
@@ -393,7 +420,7 @@ def t2t_lite_decoder_round(problem, sources: list):
     outputs = translator.translate(sources, show_progress=False)
     result["seconds"] = time.perf_counter() - start
 
-    singles = make_translator(model, encoders, problem.max_length, 1)
+    singles = make_translator(model, encoders, problem.max_length, 1, 1)
     latency_sources = sources[:FLAGS.latency_sentences]
     start = time.perf_counter()
     compile_shapes(singles, encoders, latency_sources)
@@ -519,25 +546,28 @@ def child_environment(name: str) -> dict:
 
 
 def contestant_command(name: str, setup: dict, output: str) -> list:
-    threads = (FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads)
     if name == "t2t_lite_decoder":
         return [sys.executable, os.path.abspath(__file__), "--decoder_child",
                 f"--child_output={output}", f"--data_dir={FLAGS.data_dir}",
                 f"--t2t_lite_dir={FLAGS.t2t_lite_dir}",
                 f"--t2t_lite_checkpoint={setup['t2t_lite_checkpoint']}",
                 f"--num_sentences={FLAGS.num_sentences}", f"--batch_size={FLAGS.batch_size}",
+                f"--parallel_batches={FLAGS.parallel_batches}",
                 f"--beam_size={FLAGS.beam_size}", f"--alpha={FLAGS.alpha}",
                 f"--latency_sentences={FLAGS.latency_sentences}", *thread_flags()]
     if name in SAVED_MODELS:
         jit_compile = SAVED_MODELS[name]
         return [sys.executable, os.path.abspath(__file__), SAVED_MODEL_CLIENT,
                 saved_model_dir(jit_compile), setup["saved_model_job"], output,
-                *map(str, threads), str(jit_compile)]
+                str(batch_intra_threads()), str(FLAGS.inter_op_parallelism_threads),
+                str(FLAGS.parallel_batches), str(jit_compile)]
     if name == "onmt_infer":
-        return peer.infer_command(setup["venv_python"], setup, output, *threads)
+        return peer.infer_command(setup["venv_python"], setup, output,
+                                  FLAGS.intra_op_parallelism_threads,
+                                  FLAGS.inter_op_parallelism_threads)
     return peer.ctranslate2_command(setup["venv_python"], setup, setup["ctranslate2_dir"],
                                     output, FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size,
-                                    *threads)
+                                    FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches)
 
 
 def score_round(name: str, result: dict, output: str, setup: dict, encoders: dict,
@@ -666,9 +696,12 @@ def fmt(value, spec: str) -> str:
 def print_compare_tables(result: dict):
     m, threads = result["machine"], result["threads"]
     print(f"\n{PROBLEM} test_2016_flickr, first {FLAGS.num_sentences} sentences; beam "
-          f"{FLAGS.beam_size}, alpha {FLAGS.alpha:g}, batches of {FLAGS.batch_size}; threads "
-          f"intra/inter {threads['intra_op']}/{threads['inter_op']} (0: TensorFlow's choice; "
-          f"CTranslate2 {threads['ctranslate2'][0]}/{threads['ctranslate2'][1]}); {FLAGS.rounds} "
+          f"{FLAGS.beam_size}, alpha {FLAGS.alpha:g}, batches of {FLAGS.batch_size}, "
+          f"{threads['parallel_batches']} at once; threads intra/inter {threads['intra_op']}/"
+          f"{threads['inter_op']} (0: TensorFlow's choice; onmt-main infer: the flags' "
+          f"{FLAGS.intra_op_parallelism_threads}/{FLAGS.inter_op_parallelism_threads}, one batch "
+          f"at a time; CTranslate2 intra/inter_threads {threads['ctranslate2'][0]}/"
+          f"{threads['ctranslate2'][1]}); {FLAGS.rounds} "
           f"rounds in turn, each contestant-round in its own process; {m['cpu']}, {m['cores']} "
           f"cores")
     header = (f"{'contestant':<24}{'sent/s':>8}{'min-max':>13}{'tgt tok/s':>10}{'out len':>8}"
@@ -739,11 +772,11 @@ def run_compare(problem):
     result = {"problem": PROBLEM, "sentences": len(sources), "beam_size": FLAGS.beam_size,
               "alpha": FLAGS.alpha, "batch_size": FLAGS.batch_size, "rounds": FLAGS.rounds,
               "latency_sentences": FLAGS.latency_sentences,
-              "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
+              "threads": {"parallel_batches": FLAGS.parallel_batches,
+                          "intra_op": batch_intra_threads(),
                           "inter_op": FLAGS.inter_op_parallelism_threads,
                           "ctranslate2": peer.ctranslate2_threads(
-                              FLAGS.intra_op_parallelism_threads,
-                              FLAGS.inter_op_parallelism_threads)},
+                              FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches)},
               "machine": {**host, "load_average_at_start": os.getloadavg()},
               "t2t_lite_checkpoint": setup["t2t_lite_checkpoint"],
               "peer_checkpoint": setup.get("checkpoint"),
@@ -766,7 +799,8 @@ def run_compare(problem):
 def main(unused_argv):
     problem = registry.problem(PROBLEM)
     if FLAGS.mode or FLAGS.decoder_child:
-        common.set_threads_from_flags()
+        common.set_decoding_threads(
+            decoder.TranslatorHParams(parallel_batches=FLAGS.parallel_batches))
         if FLAGS.decoder_child:
             return decoder_child()
         print(json.dumps(measure(FLAGS.mode, problem)))

@@ -59,15 +59,16 @@ def define_trained_model_flags():
                         "--output_dir (an averaged one, say).")
     flags.DEFINE_string("decode_hparams", "", 'Search settings, e.g. "beam_size=4,alpha=0.6,'
                         'extra_length=50" (the defaults; beam_size=1 is greedy; also '
-                        "use_cache). The decoder also takes batch_size (32) and jit_compile; "
-                        "the exporter ignores them (see --export_jit_compile).")
+                        "use_cache). The decoder also takes batch_size (32), jit_compile and "
+                        "parallel_batches (0: one per CPU core without a GPU); the exporter "
+                        "ignores them (see --export_jit_compile).")
 
 
 def define_thread_flags():
     """TensorFlow's two CPU thread pools, under t2t-trainer's (and onmt-main's) flag names."""
     flags.DEFINE_integer("intra_op_parallelism_threads", 0, "Threads that one operation, e.g. a "
-                         "matrix multiply, runs on (0: TensorFlow's choice, one per core).",
-                         lower_bound=0)
+                         "matrix multiply, runs on (0: TensorFlow's choice, one per core; the "
+                         "decoder's: cores / batches searched at once).", lower_bound=0)
     flags.DEFINE_integer("inter_op_parallelism_threads", 0, "Operations that run at once (0: "
                          "TensorFlow's choice). 1 can train faster on a CPU of few cores: see "
                          "benchmarks/README.md (profile_step.py).", lower_bound=0)
@@ -76,6 +77,19 @@ def define_thread_flags():
 def set_threads_from_flags():
     """Sizes the thread pools; must run before TensorFlow executes any operation."""
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_parallelism_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
+
+
+def set_decoding_threads(translator_hparams):
+    """The thread pools for decoding: the thread flags where given; else, when the Translator
+    searches several batches at once (decoder.parallel_batches_for), each gets an equal share
+    of the cores for its operations (intra-op threads = cores // parallel batches), as
+    CTranslate2's intra_threads x inter_threads. Must run before TensorFlow executes any
+    operation."""
+    from t2t_lite.decoding import decoder
+    parallel = decoder.parallel_batches_for(translator_hparams)
+    tf.config.threading.set_intra_op_parallelism_threads(
+        FLAGS.intra_op_parallelism_threads or max(1, decoder.usable_cores() // parallel))
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
 
 

@@ -7,7 +7,9 @@ t2t's --decode_hparams set both what the search does (search.SearchHParams) and 
 Translator batches and compiles it (TranslatorHParams); parse_decode_hparams gives each name to
 the settings it belongs to.
 """
+import concurrent.futures
 import dataclasses
+import os
 import sys
 
 import keras
@@ -31,9 +33,28 @@ class TranslatorHParams:
     """How the Translator runs the search, the rest of t2t's --decode_hparams. batch_size:
     sentences per batch. jit_compile: the search compiled with XLA, with fixed-size caches and
     batches padded to a few shapes (off by default: on a CPU the growing caches without XLA
-    are faster, benchmarks/decode_speed.py)."""
+    are faster, benchmarks/decode_speed.py). parallel_batches: batches searched at once, each
+    from a thread of its own (CTranslate2's inter_threads); 0 (the default) is one per CPU core
+    when TensorFlow sees no GPU, else 1 (`parallel_batches_for`)."""
     batch_size: int = 32
     jit_compile: bool = False
+    parallel_batches: int = 0
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, which a container's CPU limit
+    can narrow; os.cpu_count() counts the host's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
+    """translator_hparams.parallel_batches, with 0 resolved: one batch per CPU core on a
+    CPU-only machine (a step's operations on a batch of 32 sentences x 4 beams are too small
+    to keep two cores busy, so two batches at once, one thread each, translate faster:
+    benchmarks/decode_speed.py), and 1 when a GPU is visible."""
+    if translator_hparams.parallel_batches:
+        return translator_hparams.parallel_batches
+    return 1 if tf.config.list_physical_devices("GPU") else usable_cores()
 
 
 DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
@@ -68,7 +89,9 @@ class Translator:
     """Text in, text out: encode, batch by length, search, decode.
 
     Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
-    the results put back in input order. With XLA (translator_hparams.jit_compile), every batch
+    the results put back in input order. Up to `parallel_batches_for(translator_hparams)`
+    batches are searched at once, from threads of their own (TensorFlow runs them in parallel;
+    each batch's output does not depend on the others). With XLA (translator_hparams.jit_compile), every batch
     is padded to batch_size rows and its length rounded up to a multiple of LENGTH_MULTIPLE, and
     the search keeps fixed shapes, so that it compiles for a few shapes only.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
@@ -123,18 +146,24 @@ class Translator:
                       key=lambda i: len(encoded[i]))
         outputs, scores = [""] * len(lines), [None] * len(lines)
         batch_size = self.translator_hparams.batch_size
+        batches = [todo[start:start + batch_size] for start in range(0, len(todo), batch_size)]
+
+        def search_batch(indices):
+            rows = [encoded[i] for i in indices]
+            length = max(map(len, rows))
+            if self.translator_hparams.jit_compile:  # few shapes, few compilations
+                rows += [[EOS_ID]] * (batch_size - len(rows))
+                length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
+            batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
+            ids, batch_scores = self._search(tf.constant(batch, tf.int32))
+            return indices, ids.numpy(), batch_scores.numpy()
+
+        threads = min(parallel_batches_for(self.translator_hparams), max(len(batches), 1))
         with progress_bar("decoding", total=len(todo), unit="sentences",
-                          disable=not show_progress) as bar:
-            for start in range(0, len(todo), batch_size):
-                indices = todo[start:start + batch_size]
-                rows = [encoded[i] for i in indices]
-                length = max(map(len, rows))
-                if self.translator_hparams.jit_compile:  # few shapes, few compilations
-                    rows += [[EOS_ID]] * (batch_size - len(rows))
-                    length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
-                batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
-                ids, batch_scores = self._search(tf.constant(batch, tf.int32))
-                for index, row, row_score in zip(indices, ids.numpy(), batch_scores.numpy()):
+                          disable=not show_progress) as bar, \
+                concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            for indices, ids, batch_scores in pool.map(search_batch, batches):
+                for index, row, row_score in zip(indices, ids, batch_scores):
                     outputs[index] = self.encoders["targets"].decode(row.tolist())
                     scores[index] = float(row_score)
                 bar.update(len(indices))

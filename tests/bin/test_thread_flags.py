@@ -15,9 +15,25 @@ print(tf.config.threading.get_intra_op_parallelism_threads(),
       tf.config.threading.get_inter_op_parallelism_threads())
 """
 
+# The decoder's choice: with 6 cores and --decode_hparams' parallel_batches (argv[1]).
+DECODER_PROGRAM = """
+import sys
+import tensorflow as tf
+from t2t_lite.bin import common
+from t2t_lite.bin.common import FLAGS
+from t2t_lite.decoding import decoder
+decoder.usable_cores = lambda: 6
+common.define_thread_flags()
+FLAGS(sys.argv[:1] + sys.argv[2:])
+common.set_decoding_threads(decoder.TranslatorHParams(parallel_batches=int(sys.argv[1])))
+tf.constant(1.0) + 1.0
+print(tf.config.threading.get_intra_op_parallelism_threads(),
+      tf.config.threading.get_inter_op_parallelism_threads())
+"""
 
-def run(*args):
-    return subprocess.run([sys.executable, "-c", PROGRAM, *args], capture_output=True, text=True)
+
+def run(*args, program=PROGRAM):
+    return subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True)
 
 
 def test_the_flags_set_both_pools_before_tensorflow_starts():
@@ -30,3 +46,14 @@ def test_a_negative_thread_count_is_refused_naming_the_flag():
     result = run("--inter_op_parallelism_threads=-1")
     assert result.returncode != 0
     assert "inter_op_parallelism_threads" in result.stderr
+
+
+def test_the_decoder_gives_each_batch_searched_at_once_a_share_of_the_cores():
+    for parallel_batches, intra in (("2", "3"), ("12", "1")):
+        result = run(parallel_batches, program=DECODER_PROGRAM)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [intra, "0"]
+    # The flags win.
+    result = run("3", "--intra_op_parallelism_threads=4", "--inter_op_parallelism_threads=2",
+                 program=DECODER_PROGRAM)
+    assert result.stdout.split() == ["4", "2"], result.stderr

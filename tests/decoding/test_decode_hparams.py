@@ -9,9 +9,10 @@ from t2t_lite.hparams_lib import HParamsError
 
 def test_each_name_goes_to_its_settings():
     search, translator = parse_decode_hparams("beam_size=2,alpha=0.6,batch_size=8,"
-                                              "jit_compile=true,use_cache=false")
+                                              "jit_compile=true,use_cache=false,"
+                                              "parallel_batches=3")
     assert search == SearchHParams(beam_size=2, alpha=0.6, use_cache=False)
-    assert translator == TranslatorHParams(batch_size=8, jit_compile=True)
+    assert translator == TranslatorHParams(batch_size=8, jit_compile=True, parallel_batches=3)
 
 
 def test_an_empty_string_is_the_defaults():
@@ -21,5 +22,6 @@ def test_an_empty_string_is_the_defaults():
 def test_an_unknown_name_lists_the_names_of_both():
     with pytest.raises(HParamsError, match=r"unknown hparam 'beam_sise'\. Did you mean "
                                            r"'beam_size'\? Known hparams: alpha, batch_size, "
-                                           r"beam_size, extra_length, jit_compile, use_cache"):
+                                           r"beam_size, extra_length, jit_compile, "
+                                           r"parallel_batches, use_cache"):
         parse_decode_hparams("beam_sise=2")

@@ -46,6 +46,30 @@ def test_translations_do_not_depend_on_batching(translator):
     assert translator.translate(lines, show_progress=False) == alone
 
 
+def test_batches_searched_at_once_give_the_same_translations_and_scores(translator):
+    """Four batches searched two at a time, each from its own thread, give every sentence the
+    translation and score that one batch at a time gives, in input order."""
+    lines = [" ".join(str(1 + (i * j) % 10) for j in range(1 + i % 5)) for i in range(16)]
+    one_at_a_time = decoder.Translator(
+        translator.model, translator.encoders, translator.search_hparams, max_input_length=20,
+        translator_hparams=decoder.TranslatorHParams(batch_size=4, parallel_batches=1))
+    two_at_once = decoder.Translator(
+        translator.model, translator.encoders, translator.search_hparams, max_input_length=20,
+        translator_hparams=decoder.TranslatorHParams(batch_size=4, parallel_batches=2))
+    expected = one_at_a_time.translate_with_scores(lines, show_progress=False)
+    assert two_at_once.translate_with_scores(lines, show_progress=False) == expected
+    assert len(set(expected[0])) > 1  # different sentences, different translations
+
+
+def test_parallel_batches_default_to_one_per_cpu_core_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(decoder, "usable_cores", lambda: 6)
+    assert decoder.parallel_batches_for(decoder.TranslatorHParams()) == 6
+    assert decoder.parallel_batches_for(decoder.TranslatorHParams(parallel_batches=3)) == 3
+    monkeypatch.setattr(decoder.tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    assert decoder.parallel_batches_for(decoder.TranslatorHParams()) == 1
+
+
 def test_invalid_utf8_is_replaced_and_named(tmp_path, caplog):
     path = tmp_path / "in.txt"
     path.write_bytes(b"1 2\n3 \xff 4\n5\n")

@@ -822,22 +822,22 @@ def infer_command(venv_python: str, setup: dict, predictions: str, intra_threads
             "infer", "--features_file", setup["source"], "--predictions_file", predictions]
 
 
-def ctranslate2_threads(intra_threads: int, inter_threads: int) -> tuple:
-    """TensorFlow's thread-pool sizes as CTranslate2's: intra_threads (OpenMP threads per
-    batch) 0 is TensorFlow's choice, one per core; inter_threads counts batches translated at
-    once in CTranslate2 but operations run at once in TensorFlow, so 0 (TensorFlow's choice)
-    becomes CTranslate2's own default, 1."""
-    return intra_threads or os.cpu_count(), inter_threads or 1
+def ctranslate2_threads(intra_threads: int, parallel_batches: int) -> tuple:
+    """(intra_threads, inter_threads) of CTranslate2 for TensorFlow's intra-op thread count
+    (0: TensorFlow's choice, the cores shared among the batches translated at once) and the
+    batches translated at once (CTranslate2's inter_threads, t2t_lite's parallel_batches)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return intra_threads or max(1, cores // parallel_batches), parallel_batches
 
 
 def ctranslate2_command(venv_python: str, setup: dict, model_dir: str, output: str,
                         beam_size: int, alpha: float, batch_size: int, intra_threads: int,
-                        inter_threads: int) -> list:
+                        parallel_batches: int) -> list:
     """CTranslate2 float32 on the converted model, timed by decode.py (prints "DECODE
     {json}"), with the configuration's maximum_decoding_length. CTranslate2's length penalty
     divides a hypothesis' log probability by length^alpha, not by GNMT's ((5 + length) / 6)^alpha
     as OpenNMT-tf and t2t_lite do, so it may rank a few beams differently."""
-    intra, inter = ctranslate2_threads(intra_threads, inter_threads)
+    intra, inter = ctranslate2_threads(intra_threads, parallel_batches)
     return [venv_python, DECODE_SCRIPT, "ctranslate2", f"--model_dir={model_dir}",
             f"--source={setup['source']}", f"--output={output}",
             f"--latency_source={setup['latency_source']}", "--compute_type=float32",
