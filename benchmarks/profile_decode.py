@@ -103,6 +103,9 @@ flags.DEFINE_integer("beam_size", SEARCH_DEFAULTS.beam_size, "Beam size (1: gree
 flags.DEFINE_float("alpha", SEARCH_DEFAULTS.alpha, "Length penalty exponent.")
 flags.DEFINE_boolean("jit_compile", TRANSLATOR_DEFAULTS.jit_compile, "XLA-compile the search (the "
                      "profile then shows XLA clusters, not operations).")
+flags.DEFINE_integer("parallel_batches", 1, "Batches searched at once (decode_hparams "
+                     "parallel_batches; 1 keeps the steps of one batch apart in the profile; "
+                     "0: the decoder's default, one per core).", lower_bound=0)
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 common.define_thread_flags()
@@ -117,6 +120,11 @@ def checkpoint_path() -> str:
     return averaged if os.path.exists(averaged + ".index") else None
 
 
+def translator_hparams():
+    return decoder.TranslatorHParams(batch_size=FLAGS.batch_size, jit_compile=FLAGS.jit_compile,
+                                     parallel_batches=FLAGS.parallel_batches)
+
+
 def translator_and_sentences(problem):
     """The Translator of the model in --output_dir, as t2t_lite-decoder builds it, and the
     first --num_sentences test sentences."""
@@ -128,8 +136,7 @@ def translator_and_sentences(problem):
     translator = decoder.Translator(
         model, problem.feature_encoders(FLAGS.data_dir),
         SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), problem.max_length,
-        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
-                                                     jit_compile=FLAGS.jit_compile))
+        translator_hparams=translator_hparams())
     path = problem.text_paths(FLAGS.data_dir, "test")["inputs"]
     return translator, decoder.read_sentences(path)[:FLAGS.num_sentences]
 
@@ -195,7 +202,8 @@ def print_tables(result):
     m, p = result["machine"], result["profile"]
     total = p["self_seconds"]
     print(f"\n{PROBLEM} test, first {result['sentences']} sentences, batches of "
-          f"{FLAGS.batch_size}, beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
+          f"{FLAGS.batch_size} ({decoder.parallel_batches_for(translator_hparams())} at once), "
+          f"beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
           f"{'XLA' if FLAGS.jit_compile else 'no XLA'}; {m['cpu']}, {m['cores']} cores, "
           f"TF {m['tensorflow']}, oneDNN {'on' if m['onednn'] else 'off'}")
     print(f"timed pass: {result['sentences_per_s']:.2f} sentences/s; profiled pass: "
@@ -252,7 +260,7 @@ def print_table(header: list, rows: list):
 
 
 def main(unused_argv):
-    common.set_threads_from_flags()
+    common.set_decoding_threads(translator_hparams())  # as t2t_lite-decoder sizes them
     problem = registry.problem(PROBLEM)
     translator, sentences = translator_and_sentences(problem)
     timed_translation(translator, sentences)  # warm-up: tracing (and XLA's compilations)
@@ -262,8 +270,8 @@ def main(unused_argv):
     result = {"problem": PROBLEM, "machine": reporting.machine(),
               "flags": {name: FLAGS[name].value for name in (
                   "data_dir", "output_dir", "checkpoint", "num_sentences", "batch_size",
-                  "beam_size", "alpha", "jit_compile", "intra_op_parallelism_threads",
-                  "inter_op_parallelism_threads")},
+                  "beam_size", "alpha", "jit_compile", "parallel_batches",
+                  "intra_op_parallelism_threads", "inter_op_parallelism_threads")},
               "checkpoint": checkpoint_path() or tf.train.latest_checkpoint(FLAGS.output_dir),
               "sentences": len(sentences), "seconds": seconds,
               "sentences_per_s": len(sentences) / seconds, "profiled_seconds": profiled_seconds,
