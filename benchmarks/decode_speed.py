@@ -27,7 +27,7 @@ the same --inter_op_parallelism_threads for five contestants (--contestants choo
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
     search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
     from --parallel_batches, its thread pools sized as t2t_lite-decoder sizes them
-    (`set_decoding_threads`), on the model in
+    (`decoder.size_thread_pools`), on the model in
     --t2t_lite_dir (its averaged/ checkpoint when there, as multi30k_recipe.py decodes, else
     its latest; --t2t_lite_checkpoint chooses).
   - t2t_lite SavedModel: that checkpoint exported once by t2t_lite-exporter into W/saved_model
@@ -273,7 +273,8 @@ flags.register_validator("contestants", lambda names: set(names) <= set(CONTESTA
 
 def batch_intra_threads() -> int:
     """Intra-op threads of each batch translated at once: the flag, else the cores shared among
-    --parallel_batches (what t2t_lite-decoder chooses: common.set_decoding_threads)."""
+    --parallel_batches (what t2t_lite-decoder chooses for an input of that many batches or
+    more: decoder.size_thread_pools)."""
     return FLAGS.intra_op_parallelism_threads or max(
         1, decoder.usable_cores() // FLAGS.parallel_batches)
 
@@ -799,8 +800,11 @@ def run_compare(problem):
 def main(unused_argv):
     problem = registry.problem(PROBLEM)
     if FLAGS.mode or FLAGS.decoder_child:
-        common.set_decoding_threads(
-            decoder.TranslatorHParams(parallel_batches=FLAGS.parallel_batches))
+        decoder.size_thread_pools(  # as t2t_lite-decoder sizes them for this input
+            decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
+                                      parallel_batches=FLAGS.parallel_batches),
+            FLAGS.num_sentences, FLAGS.intra_op_parallelism_threads,
+            FLAGS.inter_op_parallelism_threads)
         if FLAGS.decoder_child:
             return decoder_child()
         print(json.dumps(measure(FLAGS.mode, problem)))

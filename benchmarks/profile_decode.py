@@ -260,7 +260,9 @@ def print_table(header: list, rows: list):
 
 
 def main(unused_argv):
-    common.set_decoding_threads(translator_hparams())  # as t2t_lite-decoder sizes them
+    decoder.size_thread_pools(translator_hparams(), FLAGS.num_sentences,  # as t2t_lite-decoder
+                              FLAGS.intra_op_parallelism_threads,
+                              FLAGS.inter_op_parallelism_threads)
     problem = registry.problem(PROBLEM)
     translator, sentences = translator_and_sentences(problem)
     timed_translation(translator, sentences)  # warm-up: tracing (and XLA's compilations)

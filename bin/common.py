@@ -80,19 +80,6 @@ def set_threads_from_flags():
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
 
 
-def set_decoding_threads(translator_hparams):
-    """The thread pools for decoding: the thread flags where given; else, when the Translator
-    searches several batches at once (decoder.parallel_batches_for), each gets an equal share
-    of the cores for its operations (intra-op threads = cores // parallel batches), as
-    CTranslate2's intra_threads x inter_threads. Must run before TensorFlow executes any
-    operation."""
-    from t2t_lite.decoding import decoder
-    parallel = decoder.parallel_batches_for(translator_hparams)
-    tf.config.threading.set_intra_op_parallelism_threads(
-        FLAGS.intra_op_parallelism_threads or max(1, decoder.usable_cores() // parallel))
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
-
-
 def hparams_from_flags():
     hparams = registry.hparams(FLAGS.hparams_set)
     return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams

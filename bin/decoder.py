@@ -14,7 +14,7 @@ from t2t_lite.decoding import decoder
 common.define_problem_flags()
 common.define_model_flags()
 common.define_trained_model_flags()
-common.define_thread_flags()  # 0 for both: see common.set_decoding_threads
+common.define_thread_flags()  # 0 for both: see decoder.size_thread_pools
 flags.DEFINE_string("decode_from_file", None, "Sentences to translate (default: stdin).")
 flags.DEFINE_string("decode_to_file", None, "Where to write translations (default: stdout).")
 flags.DEFINE_string("score_reference", None,
@@ -31,14 +31,15 @@ def main(argv):
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
                                "(it draws the first input lines with their translations)")
-    search_hparams, translator_hparams = common.decode_hparams_from_flags()
-    common.set_decoding_threads(translator_hparams)  # before any TensorFlow operation runs
     problem, model_name, hparams = common.trained_run_from_flags()
+    search_hparams, translator_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.decode_from_file, FLAGS.decode_to_file,
                              FLAGS.score_reference, search_hparams, translator_hparams,
                              FLAGS.checkpoint_path, FLAGS.attention_dir,
-                             FLAGS.attention_sentences)
+                             FLAGS.attention_sentences,
+                             thread_pools=(FLAGS.intra_op_parallelism_threads,
+                                           FLAGS.inter_op_parallelism_threads))
 
 
 def run():

@@ -57,6 +57,20 @@ def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
     return 1 if tf.config.list_physical_devices("GPU") else usable_cores()
 
 
+def size_thread_pools(translator_hparams: TranslatorHParams, sentences: int,
+                      intra_op_threads: int = 0, inter_op_threads: int = 0):
+    """TensorFlow's thread pools for translating `sentences` lines: the sizes given, and for an
+    intra-op size of 0 the cores shared among the batches searched at once (as CTranslate2's
+    intra_threads x inter_threads): parallel_batches_for, but no more than the input's batches,
+    so that a short input still gets every core. Must run before TensorFlow runs any
+    operation in this process (t2t_lite-decoder's thread flags)."""
+    batches = max(1, -(-sentences // translator_hparams.batch_size))
+    parallel = min(parallel_batches_for(translator_hparams), batches)
+    tf.config.threading.set_intra_op_parallelism_threads(
+        intra_op_threads or max(1, usable_cores() // parallel))
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+
+
 DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
 
 
@@ -205,13 +219,17 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      reference: str = None, search_hparams: SearchHParams = SearchHParams(),
                      translator_hparams: TranslatorHParams = TranslatorHParams(),
                      checkpoint_path: str = None, attention_dir: str = None,
-                     attention_sentences: int = 5):
+                     attention_sentences: int = 5, thread_pools: tuple = None):
     """Translates every line of `decode_from`; with `attention_dir`, draws the attention of the
     first `attention_sentences` lines and their translations there (t2t_lite.visualize); with
-    `reference`, returns and logs the scores."""
+    `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
+    0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
+    caller must not have run a TensorFlow operation yet."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
     lines = read_sentences(decode_from)
+    if thread_pools is not None:
+        size_thread_pools(translator_hparams, len(lines), *thread_pools)
     references = None if reference is None else read_sentences(reference)
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "

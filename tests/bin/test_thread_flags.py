@@ -15,7 +15,8 @@ print(tf.config.threading.get_intra_op_parallelism_threads(),
       tf.config.threading.get_inter_op_parallelism_threads())
 """
 
-# The decoder's choice: with 6 cores and --decode_hparams' parallel_batches (argv[1]).
+# The decoder's choice, with 6 cores, for argv[1] sentences in batches of 32 and
+# --decode_hparams' parallel_batches argv[2].
 DECODER_PROGRAM = """
 import sys
 import tensorflow as tf
@@ -24,8 +25,10 @@ from t2t_lite.bin.common import FLAGS
 from t2t_lite.decoding import decoder
 decoder.usable_cores = lambda: 6
 common.define_thread_flags()
-FLAGS(sys.argv[:1] + sys.argv[2:])
-common.set_decoding_threads(decoder.TranslatorHParams(parallel_batches=int(sys.argv[1])))
+FLAGS(sys.argv[:1] + sys.argv[3:])
+decoder.size_thread_pools(decoder.TranslatorHParams(parallel_batches=int(sys.argv[2])),
+                          int(sys.argv[1]), FLAGS.intra_op_parallelism_threads,
+                          FLAGS.inter_op_parallelism_threads)
 tf.constant(1.0) + 1.0
 print(tf.config.threading.get_intra_op_parallelism_threads(),
       tf.config.threading.get_inter_op_parallelism_threads())
@@ -49,11 +52,14 @@ def test_a_negative_thread_count_is_refused_naming_the_flag():
 
 
 def test_the_decoder_gives_each_batch_searched_at_once_a_share_of_the_cores():
-    for parallel_batches, intra in (("2", "3"), ("12", "1")):
-        result = run(parallel_batches, program=DECODER_PROGRAM)
+    # 1000 sentences: 32 batches, 2 at once -> 3 threads each; 12 at once -> 1 each. 40
+    # sentences: 2 batches, so at most 2 at once whatever parallel_batches says -> 3 each.
+    for sentences, parallel_batches, intra in (("1000", "2", "3"), ("1000", "12", "1"),
+                                               ("40", "6", "3")):
+        result = run(sentences, parallel_batches, program=DECODER_PROGRAM)
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [intra, "0"]
     # The flags win.
-    result = run("3", "--intra_op_parallelism_threads=4", "--inter_op_parallelism_threads=2",
-                 program=DECODER_PROGRAM)
+    result = run("1000", "3", "--intra_op_parallelism_threads=4",
+                 "--inter_op_parallelism_threads=2", program=DECODER_PROGRAM)
     assert result.stdout.split() == ["4", "2"], result.stderr
