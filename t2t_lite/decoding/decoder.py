@@ -105,9 +105,10 @@ class Translator:
     Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
     the results put back in input order. Up to `parallel_batches_for(translator_hparams)`
     batches are searched at once, from threads of their own (TensorFlow runs them in parallel;
-    each batch's output does not depend on the others). With XLA (translator_hparams.jit_compile), every batch
-    is padded to batch_size rows and its length rounded up to a multiple of LENGTH_MULTIPLE, and
-    the search keeps fixed shapes, so that it compiles for a few shapes only.
+    each batch's output does not depend on the others). With XLA
+    (translator_hparams.jit_compile), every batch is padded to batch_size rows and its length
+    rounded up to a multiple of LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it
+    compiles for a few shapes only.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
     cannot encode gives an empty translation and a warning naming it, and a line longer than
     `max_input_length` tokens is cut to that length (with EOS) with a warning.
