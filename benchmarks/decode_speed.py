@@ -22,7 +22,7 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
 
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
 --alpha, batches of --batch_size, --parallel_batches batches translated at once (each with
---intra_op_parallelism_threads threads for an operation; 0: the cores / --parallel_batches), and
+--intra_op_parallelism_threads threads for an operation; 0: as t2t_lite-decoder chooses), and
 the same --inter_op_parallelism_threads for five contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
     search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
@@ -228,7 +228,8 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("parallel_batches", 1, "Batches translated at once (t2t_lite's "
                      "decode_hparams parallel_batches; the SavedModel's client threads; "
                      "CTranslate2's inter_threads; not onmt-main infer's), each with "
-                     "--intra_op_parallelism_threads threads (0: cores / this).", lower_bound=1)
+                     "--intra_op_parallelism_threads threads (0: t2t_lite-decoder's choice, "
+                     "decoder.intra_op_threads_for).", lower_bound=1)
 flags.DEFINE_list("modes", list(MODES), f"Any of {', '.join(MODES)}.")
 flags.DEFINE_string("mode", None, "Internal: measure this one mode and print its JSON.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
@@ -272,11 +273,11 @@ flags.register_validator("contestants", lambda names: set(names) <= set(CONTESTA
 
 
 def batch_intra_threads() -> int:
-    """Intra-op threads of each batch translated at once: the flag, else the cores shared among
-    --parallel_batches (what t2t_lite-decoder chooses for an input of that many batches or
-    more: decoder.size_thread_pools)."""
-    return FLAGS.intra_op_parallelism_threads or max(
-        1, decoder.usable_cores() // FLAGS.parallel_batches)
+    """t2t_lite's intra-op threads: the flag, else what t2t_lite-decoder chooses for this input
+    (decoder.size_thread_pools: --parallel_batches, no more than the input's batches)."""
+    batches = -(-FLAGS.num_sentences // FLAGS.batch_size)
+    return FLAGS.intra_op_parallelism_threads or decoder.intra_op_threads_for(
+        min(FLAGS.parallel_batches, batches))
 
 
 def thread_flags() -> list:

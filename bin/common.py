@@ -68,7 +68,7 @@ def define_thread_flags():
     """TensorFlow's two CPU thread pools, under t2t-trainer's (and onmt-main's) flag names."""
     flags.DEFINE_integer("intra_op_parallelism_threads", 0, "Threads that one operation, e.g. a "
                          "matrix multiply, runs on (0: TensorFlow's choice, one per core; the "
-                         "decoder's: cores / batches searched at once).", lower_bound=0)
+                         "decoder's: 1 when it searches a batch per core at once).", lower_bound=0)
     flags.DEFINE_integer("inter_op_parallelism_threads", 0, "Operations that run at once (0: "
                          "TensorFlow's choice). 1 can train faster on a CPU of few cores: see "
                          "benchmarks/README.md (profile_step.py).", lower_bound=0)

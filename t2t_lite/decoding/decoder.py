@@ -23,7 +23,7 @@ from t2t_lite.data import text_files
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.search import SearchHParams, search
-from t2t_lite.hparams_lib import parse_overrides
+from t2t_lite.hparams_lib import HParamsError, parse_overrides
 from t2t_lite.models.building import build_model
 from t2t_lite.progress import progress_bar
 
@@ -57,17 +57,26 @@ def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
     return 1 if tf.config.list_physical_devices("GPU") else usable_cores()
 
 
+def intra_op_threads_for(parallel_batches: int) -> int:
+    """The intra-op pool (one per process, shared by the batches searched at once) for
+    `parallel_batches` batches at a time: 1 when there is a batch for every core, each then
+    running its operations on its own thread (as CTranslate2's intra_threads=1 x inter_threads
+    = cores); else every core, shared."""
+    cores = usable_cores()
+    return 1 if parallel_batches >= cores else cores
+
+
 def size_thread_pools(translator_hparams: TranslatorHParams, sentences: int,
                       intra_op_threads: int = 0, inter_op_threads: int = 0):
     """TensorFlow's thread pools for translating `sentences` lines: the sizes given, and for an
-    intra-op size of 0 the cores shared among the batches searched at once (as CTranslate2's
-    intra_threads x inter_threads): parallel_batches_for, but no more than the input's batches,
-    so that a short input still gets every core. Must run before TensorFlow runs any
-    operation in this process (t2t_lite-decoder's thread flags)."""
+    intra-op size of 0 `intra_op_threads_for` the batches searched at once
+    (parallel_batches_for, but no more than the input's batches, so that a short input still
+    gets every core). Must run before TensorFlow runs any operation in this process
+    (t2t_lite-decoder's thread flags)."""
     batches = max(1, -(-sentences // translator_hparams.batch_size))
     parallel = min(parallel_batches_for(translator_hparams), batches)
     tf.config.threading.set_intra_op_parallelism_threads(
-        intra_op_threads or max(1, usable_cores() // parallel))
+        intra_op_threads or intra_op_threads_for(parallel))
     tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
 
 
@@ -78,12 +87,16 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
     to the settings that have it; an unknown name or a bad value is an HParamsError that lists
-    the names of both."""
+    the names of both, and so is a batch_size below 1 or a negative parallel_batches."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
     values = parse_overrides(overrides, every_name())
+    for name, least in (("batch_size", 1), ("parallel_batches", 0)):
+        if name in values and values[name] < least:
+            raise HParamsError(f"--decode_hparams: {name}={values[name]}: must be at least "
+                               f"{least}")
     return tuple(kind(**{field.name: values[field.name] for field in dataclasses.fields(kind)
                          if field.name in values})
                  for kind in DECODE_HPARAMS_KINDS)
@@ -177,7 +190,10 @@ class Translator:
         with progress_bar("decoding", total=len(todo), unit="sentences",
                           disable=not show_progress) as bar, \
                 concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            for indices, ids, batch_scores in pool.map(search_batch, batches):
+            # One at a time in this thread, which keeps the caller's tf.device or strategy scope.
+            searched = map(search_batch, batches) if threads == 1 else pool.map(search_batch,
+                                                                                 batches)
+            for indices, ids, batch_scores in searched:
                 for index, row, row_score in zip(indices, ids, batch_scores):
                     outputs[index] = self.encoders["targets"].decode(row.tolist())
                     scores[index] = float(row_score)

@@ -152,7 +152,8 @@ def export(problem_name: str, model_name: str, hparams, data_dir: str, output_di
     check_export_dir(export_dir, overwrite)
     problem = registry.problem(problem_name)
     encoders = problem.feature_encoders(data_dir)
-    # Resolved once, so that the log names the prefix restored (also for a folder given).
+    # Resolved here, so that the log and the return value name the prefix restored (also for a
+    # folder given); load_model finds that prefix as it is.
     checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
     model = decoder.load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                                checkpoint_path)

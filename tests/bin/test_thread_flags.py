@@ -51,15 +51,16 @@ def test_a_negative_thread_count_is_refused_naming_the_flag():
     assert "inter_op_parallelism_threads" in result.stderr
 
 
-def test_the_decoder_gives_each_batch_searched_at_once_a_share_of_the_cores():
-    # 1000 sentences: 32 batches, 2 at once -> 3 threads each; 12 at once -> 1 each. 40
-    # sentences: 2 batches, so at most 2 at once whatever parallel_batches says -> 3 each.
-    for sentences, parallel_batches, intra in (("1000", "2", "3"), ("1000", "12", "1"),
-                                               ("40", "6", "3")):
+def test_the_decoder_gives_each_batch_searched_at_once_a_thread_of_its_own():
+    # 6 cores, 1000 sentences (32 batches): 6 or 12 at once -> one intra-op thread (each batch
+    # on its own); 2 at once -> a pool of all 6, shared. 40 sentences: 2 batches, so at most 2
+    # at once whatever parallel_batches says -> all 6 cores.
+    for sentences, parallel_batches, intra in (("1000", "6", "1"), ("1000", "12", "1"),
+                                               ("1000", "2", "6"), ("40", "6", "6")):
         result = run(sentences, parallel_batches, program=DECODER_PROGRAM)
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [intra, "0"]
     # The flags win.
-    result = run("1000", "3", "--intra_op_parallelism_threads=4",
+    result = run("1000", "6", "--intra_op_parallelism_threads=4",
                  "--inter_op_parallelism_threads=2", program=DECODER_PROGRAM)
     assert result.stdout.split() == ["4", "2"], result.stderr

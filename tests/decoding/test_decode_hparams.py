@@ -25,3 +25,11 @@ def test_an_unknown_name_lists_the_names_of_both():
                                            r"beam_size, extra_length, jit_compile, "
                                            r"parallel_batches, use_cache"):
         parse_decode_hparams("beam_sise=2")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ("batch_size=0", "batch_size=0: must be at least 1"),
+    ("parallel_batches=-1", "parallel_batches=-1: must be at least 0")])
+def test_a_batch_size_below_one_or_negative_parallel_batches_is_refused(overrides, message):
+    with pytest.raises(HParamsError, match=message):
+        parse_decode_hparams(overrides)

@@ -2,8 +2,9 @@
 
   python benchmarks/peers/opennmt_tf/run.py --data_dir=D --work_dir=W
       (--train_steps=N | --train_minutes=M) [--warmup_steps=400 --learning_rate_constant=0.5]
-      [--continue_training] [--save_every=100 --average_last=3 --decode] [--dev_loss] [--curve_every_minutes=3
-      [--dev_bleu_source=F --dev_bleu_reference=F]] [--log_every=25] [--output_json=F]
+      [--continue_training] [--save_every=100 --average_last=3 --decode] [--dev_loss]
+      [--curve_every_minutes=3 [--dev_bleu_source=F --dev_bleu_reference=F]] [--log_every=25]
+      [--output_json=F]
 
 1. Environment: OpenNMT-tf needs TensorFlow 2.13, which needs Python 3.10 or 3.11. A virtual
    environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1, ctranslate2==3.24.0 (for
@@ -823,11 +824,11 @@ def infer_command(venv_python: str, setup: dict, predictions: str, intra_threads
 
 
 def ctranslate2_threads(intra_threads: int, parallel_batches: int) -> tuple:
-    """(intra_threads, inter_threads) of CTranslate2 for TensorFlow's intra-op thread count
-    (0: TensorFlow's choice, the cores shared among the batches translated at once) and the
-    batches translated at once (CTranslate2's inter_threads, t2t_lite's parallel_batches)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return intra_threads or max(1, cores // parallel_batches), parallel_batches
+    """(intra_threads, inter_threads) of CTranslate2: `intra_threads` per batch (0: the cores
+    divided among the batches translated at once, each batch having threads of its own in
+    CTranslate2) and `parallel_batches` batches translated at once (CTranslate2's
+    inter_threads, t2t_lite's parallel_batches)."""
+    return intra_threads or max(1, decoder.usable_cores() // parallel_batches), parallel_batches
 
 
 def ctranslate2_command(venv_python: str, setup: dict, model_dir: str, output: str,
