@@ -272,12 +272,17 @@ flags.register_validator("contestants", lambda names: set(names) <= set(CONTESTA
                          f"one of {', '.join(CONTESTANTS)}")
 
 
+def translator_hparams():
+    """t2t_lite's batching in the modes and the decoder child (their searches differ)."""
+    return decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
+                                     parallel_batches=FLAGS.parallel_batches)
+
+
 def batch_intra_threads() -> int:
     """t2t_lite's intra-op threads: the flag, else what t2t_lite-decoder chooses for this input
-    (decoder.size_thread_pools: --parallel_batches, no more than the input's batches)."""
-    batches = -(-FLAGS.num_sentences // FLAGS.batch_size)
+    (decoder.intra_op_threads_for)."""
     return FLAGS.intra_op_parallelism_threads or decoder.intra_op_threads_for(
-        min(FLAGS.parallel_batches, batches))
+        translator_hparams(), FLAGS.num_sentences)
 
 
 def thread_flags() -> list:
@@ -325,9 +330,7 @@ def measure(mode, problem):
     encoders = problem.feature_encoders(FLAGS.data_dir)
     translator = decoder.Translator(
         model, encoders, SearchHParams(beam_size=beam_size, use_cache=use_cache),
-        problem.max_length,
-        translator_hparams=decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
-                                                     parallel_batches=FLAGS.parallel_batches))
+        problem.max_length, translator_hparams=translator_hparams())
     start = time.perf_counter()
     shapes = compile_shapes(translator, encoders, sources)
     compile_seconds = time.perf_counter() - start
@@ -802,9 +805,7 @@ def main(unused_argv):
     problem = registry.problem(PROBLEM)
     if FLAGS.mode or FLAGS.decoder_child:
         decoder.size_thread_pools(  # as t2t_lite-decoder sizes them for this input
-            decoder.TranslatorHParams(batch_size=FLAGS.batch_size,
-                                      parallel_batches=FLAGS.parallel_batches),
-            FLAGS.num_sentences, FLAGS.intra_op_parallelism_threads,
+            translator_hparams(), FLAGS.num_sentences, FLAGS.intra_op_parallelism_threads,
             FLAGS.inter_op_parallelism_threads)
         if FLAGS.decoder_child:
             return decoder_child()

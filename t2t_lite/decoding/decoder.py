@@ -57,26 +57,24 @@ def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
     return 1 if tf.config.list_physical_devices("GPU") else usable_cores()
 
 
-def intra_op_threads_for(parallel_batches: int) -> int:
+def intra_op_threads_for(translator_hparams: TranslatorHParams, sentences: int) -> int:
     """The intra-op pool (one per process, shared by the batches searched at once) for
-    `parallel_batches` batches at a time: 1 when there is a batch for every core, each then
-    running its operations on its own thread (as CTranslate2's intra_threads=1 x inter_threads
-    = cores); else every core, shared."""
+    translating `sentences` lines: 1 when there is a batch for every core at once
+    (parallel_batches_for, but no more than the input's batches), each batch then running its
+    operations on its own thread (as CTranslate2's intra_threads=1 x inter_threads = cores);
+    else every core, shared, so that a short input still gets every core."""
+    batches = max(1, -(-sentences // translator_hparams.batch_size))
     cores = usable_cores()
-    return 1 if parallel_batches >= cores else cores
+    return 1 if min(parallel_batches_for(translator_hparams), batches) >= cores else cores
 
 
 def size_thread_pools(translator_hparams: TranslatorHParams, sentences: int,
                       intra_op_threads: int = 0, inter_op_threads: int = 0):
     """TensorFlow's thread pools for translating `sentences` lines: the sizes given, and for an
-    intra-op size of 0 `intra_op_threads_for` the batches searched at once
-    (parallel_batches_for, but no more than the input's batches, so that a short input still
-    gets every core). Must run before TensorFlow runs any operation in this process
-    (t2t_lite-decoder's thread flags)."""
-    batches = max(1, -(-sentences // translator_hparams.batch_size))
-    parallel = min(parallel_batches_for(translator_hparams), batches)
+    intra-op size of 0 `intra_op_threads_for`. Must run before TensorFlow runs any operation in
+    this process (t2t_lite-decoder's thread flags)."""
     tf.config.threading.set_intra_op_parallelism_threads(
-        intra_op_threads or intra_op_threads_for(parallel))
+        intra_op_threads or intra_op_threads_for(translator_hparams, sentences))
     tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
 
 
@@ -117,7 +115,7 @@ class Translator:
 
     Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
     the results put back in input order. Up to `parallel_batches_for(translator_hparams)`
-    batches are searched at once, from threads of their own (TensorFlow runs them in parallel;
+    (resolved once, as `parallel_batches`) batches are searched at once, from threads of their own (TensorFlow runs them in parallel;
     each batch's output does not depend on the others). With XLA
     (translator_hparams.jit_compile), every batch is padded to batch_size rows and its length
     rounded up to a multiple of LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it
@@ -138,6 +136,7 @@ class Translator:
         self.translator_hparams = translator_hparams or TranslatorHParams()
         self.max_input_length = max_input_length
         self.source_name = source_name
+        self.parallel_batches = parallel_batches_for(self.translator_hparams)
         # One trace for every batch shape (XLA still compiles each shape it meets).
         self._search = tf.function(self._search_batch,
                                    jit_compile=self.translator_hparams.jit_compile,
@@ -186,7 +185,7 @@ class Translator:
             ids, batch_scores = self._search(tf.constant(batch, tf.int32))
             return indices, ids.numpy(), batch_scores.numpy()
 
-        threads = min(parallel_batches_for(self.translator_hparams), max(len(batches), 1))
+        threads = min(self.parallel_batches, max(len(batches), 1))
         with progress_bar("decoding", total=len(todo), unit="sentences",
                           disable=not show_progress) as bar, \
                 concurrent.futures.ThreadPoolExecutor(threads) as pool:
