@@ -32,7 +32,8 @@ the same --inter_op_parallelism_threads for five contestants (--contestants choo
     its latest; --t2t_lite_checkpoint chooses).
   - t2t_lite SavedModel: that checkpoint exported once by t2t_lite-exporter into W/saved_model
     (without XLA, the exporter's default) and, in each round, loaded with tf.saved_model.load
-    in a fresh process that imports TensorFlow and tensorflow-text only, the way a server does;
+    in a fresh process that imports TensorFlow and registers tensorflow-text's SentencePiece
+    ops only (tf.load_op_library, as docs/serving.md shows), the way a server does;
     its "serving_default" signature is called on batches of --batch_size raw sentences
     (batched in the decoder's order, sorted by length), --parallel_batches calls at once from
     threads of their own (as a server's concurrent requests).
@@ -106,16 +107,20 @@ def time_each(translate_one, lines: list) -> list:
 def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_threads: int,
                        inter_threads: int, parallel_batches: int,
                        warm_up_every_shape: bool = False):
-    """One round of the SavedModel, in a process that imports TensorFlow and tensorflow-text
-    only (what a server loads), not t2t_lite. The job file (JSON) has the sentences, their
+    """One round of the SavedModel, in a process that imports TensorFlow and registers
+    tensorflow-text's SentencePiece ops only (what a server loads), not t2t_lite. The job file (JSON) has the sentences, their
     batches (lists of indices: the decoder's order, sorted by length) and the latency count.
     The warm-up is one batch, or with `warm_up_every_shape` (an XLA-compiled search, which
     compiles once per batch shape) every batch and every latency sentence once. The timed
     pass sends `parallel_batches` batches at once, from threads of their own (as concurrent
     requests to a server). Writes the translations in input order and prints
     "CONTESTANT {json}"."""
+    import importlib.util
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
+    # tensorflow-text's SentencePiece ops alone, as docs/serving.md shows for a Python server
+    # (`import tensorflow_text` would load all its op libraries: about 110 MB more).
+    tf.load_op_library(os.path.join(os.path.dirname(importlib.util.find_spec(
+        "tensorflow_text").origin), "python", "ops", "_sentencepiece_tokenizer.so"))
     tf.config.threading.set_intra_op_parallelism_threads(intra_threads)
     tf.config.threading.set_inter_op_parallelism_threads(inter_threads)
     with open(job_path, encoding="utf-8") as handle:

@@ -5,7 +5,8 @@ sequences and a batch with sentences that cannot be translated, and runs saved_m
 decoder translates the same lines with the same beam search. Every check that needs no program
 of its own runs in this process (a program costs seconds of TensorFlow import). The
 SentencePiece path and the search without the cache are checked without training: a tiny
-vocabulary and an untrained model go through a SavedModel and back."""
+vocabulary and an untrained model go through a SavedModel and back, also in a fresh process
+that registers tensorflow-text's SentencePiece op library alone, as a lean server does."""
 import json
 import os
 import subprocess
@@ -312,22 +313,80 @@ def test_source_ids_in_the_graph_are_the_python_ids_with_eos(sentencepiece):
     assert cut == [encoded[0][:3] + [1]]
 
 
-def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece,
-                                                                 sentencepiece_export):
-    import tensorflow_text  # noqa: F401  (the tokenizer's ops, for loading)
+@pytest.fixture(scope="module")
+def python_translations(sentencepiece, sentencepiece_export):
+    """(outputs, scores) of SENTENCES from the search run in Python on the exported model."""
     from t2t_lite.decoding.search import search
-    from t2t_lite.serving.export import FAILED_SCORE
-    export_dir, model, decode_hparams = sentencepiece_export
-
+    _, model, decode_hparams = sentencepiece_export
     ids = [sentencepiece.encode(sentence) + [1] for sentence in SENTENCES]
     padded = [row + [0] * (max(map(len, ids)) - len(row)) for row in ids]
     output_ids, scores = tf.function(search)(model, tf.constant(padded), decode_hparams)
-    expected = [sentencepiece.decode(row) for row in output_ids.numpy().tolist()]
+    return ([sentencepiece.decode(row) for row in output_ids.numpy().tolist()],
+            scores.numpy().tolist())
+
+
+def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece_export,
+                                                                 python_translations):
+    import tensorflow_text  # noqa: F401  (the tokenizer's ops, for loading)
+    from t2t_lite.serving.export import FAILED_SCORE
+    export_dir, model, _ = sentencepiece_export
+    expected, scores = python_translations
 
     loaded = tf.saved_model.load(export_dir)
     result = loaded.signatures["serving_default"](inputs=tf.constant(SENTENCES + [" "]))
     assert texts(result["outputs"]) == expected + [""]
-    assert result["scores"].numpy().tolist() == pytest.approx(
-        scores.numpy().tolist() + [FAILED_SCORE], abs=1e-5)
+    assert result["scores"].numpy().tolist() == pytest.approx(scores + [FAILED_SCORE],
+                                                              abs=1e-5)
     # An untrained model translates into something; its weights went into the SavedModel.
     assert len(loaded.model_variables) == len(model.weights)
+
+
+def test_the_savedmodel_holds_the_weights_vocabulary_and_serve_only(sentencepiece_export):
+    """A server restores every object and function of the SavedModel: no Keras layers in its
+    object graph, and no function saved twice (the search once, inside `serve`)."""
+    import collections
+    import re
+    from tensorflow.core.protobuf import saved_model_pb2
+    export_dir, model, _ = sentencepiece_export
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as handle:
+        saved_model.ParseFromString(handle.read())
+    graph = saved_model.meta_graphs[0]
+    kinds = collections.Counter(node.WhichOneof("kind")
+                                for node in graph.object_graph_def.nodes)
+    assert kinds["variable"] == len(model.weights)
+    # The module, its two lists, the tokenizer and the signatures; a tracked Keras model
+    # added one object per layer, sublayer and weight holder.
+    assert kinds["user_object"] <= 5, kinds
+    names = collections.Counter(re.sub(r"_\d+$", "", function.signature.name)
+                                for function in graph.graph_def.library.function)
+    assert names["while_body"] == 1
+    assert [name for name, count in names.items() if count > 1] == []
+
+
+def test_a_server_needs_only_the_sentencepiece_op_library(sentencepiece_export,
+                                                          python_translations, tmp_path):
+    """docs/serving.md's lean server: a fresh process that registers tensorflow-text's
+    SentencePiece ops alone (not `import tensorflow_text`) serves the Python search's
+    translations."""
+    served = str(tmp_path / "served.json")
+    script = textwrap.dedent(f"""
+        import importlib.util, json, os, sys
+        import tensorflow as tf
+        text_ops = os.path.join(os.path.dirname(importlib.util.find_spec(
+            "tensorflow_text").origin), "python", "ops", "_sentencepiece_tokenizer.so")
+        tf.load_op_library(text_ops)
+        translate = tf.saved_model.load({sentencepiece_export[0]!r}).signatures[
+            "serving_default"]
+        result = translate(inputs=tf.constant({SENTENCES!r}))
+        json.dump({{"outputs": [t.decode("utf-8") for t in result["outputs"].numpy()],
+                    "scores": result["scores"].numpy().tolist(),
+                    "tensorflow_text": "tensorflow_text" in sys.modules}}, open({served!r}, "w"))
+    """)
+    run(sys.executable, "-c", script)
+    with open(served) as handle:
+        result = json.load(handle)
+    expected, scores = python_translations
+    assert result["tensorflow_text"] is False
+    assert result["outputs"] == expected
+    assert result["scores"] == pytest.approx(scores, abs=1e-5)
