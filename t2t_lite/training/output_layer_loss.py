@@ -72,7 +72,12 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         y = tf.slice(row_targets, [start], [chunk_rows])
         real = tf.cast(start + offsets < real_rows, tf.float32)
         logits = tf.matmul(h, weights, transpose_b=True)  # [chunk_rows, vocab], float32
-        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+        # logsumexp by hand, keeping exp(logits - max) for the gradient's softmax: one Exp
+        # over the chunk's logits instead of two.
+        row_max = tf.reduce_max(logits, axis=-1)
+        exp_shifted = tf.exp(logits - row_max[:, None])
+        exp_sum = tf.reduce_sum(exp_shifted, axis=-1)
+        log_normalizer = tf.math.log(exp_sum) + row_max
         target_logit = tf.gather(logits, y[:, None], batch_dims=1)[:, 0]
         cross_entropy = (log_normalizer - confidence * target_logit
                          - low * (tf.reduce_sum(logits, axis=-1) - target_logit))
@@ -80,9 +85,13 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
         correct += tf.reduce_sum(tf.cast(tf.equal(predictions, y), tf.float32) * real)
         if with_gradients:
-            # d CE / d logits = softmax - q, for real rows only.
-            logit_gradients = (tf.exp(logits - log_normalizer[:, None]) - low - tf.one_hot(
-                y, vocab_size, on_value=confidence - low, off_value=0.0)) * real[:, None]
+            # d CE / d logits = softmax - q, for real rows only: (softmax - low) * real over
+            # the whole chunk, then confidence - low less at each target, written at those
+            # chunk_rows places rather than through a [chunk_rows, vocab] one-hot.
+            logit_gradients = (exp_shifted * (real / exp_sum)[:, None]) - (low * real)[:, None]
+            targets_at = tf.stack([offsets, y], axis=1)
+            logit_gradients = tf.tensor_scatter_nd_sub(logit_gradients, targets_at,
+                                                       (confidence - low) * real)
             row_gradients = tf.tensor_scatter_nd_update(
                 row_gradients, (start + offsets)[:, None], tf.matmul(logit_gradients, weights))
             weight_gradients += tf.matmul(logit_gradients, h, transpose_a=True)
