@@ -8,6 +8,7 @@ Translator batches and compiles it (TranslatorHParams); parse_decode_hparams giv
 the settings it belongs to.
 """
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import sys
@@ -186,12 +187,14 @@ class Translator:
             return indices, ids.numpy(), batch_scores.numpy()
 
         threads = min(self.parallel_batches, max(len(batches), 1))
+        # One at a time runs in this thread, which keeps the caller's tf.device or strategy
+        # scope, and starts no pool.
+        several = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
         with progress_bar("decoding", total=len(todo), unit="sentences",
                           disable=not show_progress) as bar, \
-                concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            # One at a time in this thread, which keeps the caller's tf.device or strategy scope.
-            searched = map(search_batch, batches) if threads == 1 else pool.map(search_batch,
-                                                                                 batches)
+                several or contextlib.nullcontext():
+            searched = several.map(search_batch, batches) if several else map(search_batch,
+                                                                                batches)
             for indices, ids, batch_scores in searched:
                 for index, row, row_score in zip(indices, ids, batch_scores):
                     outputs[index] = self.encoders["targets"].decode(row.tolist())
