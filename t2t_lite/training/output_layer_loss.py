@@ -64,6 +64,7 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
     weights = tf.cast(weights, tf.float32)
     chunks = (real_rows + chunk_rows - 1) // chunk_rows
     offsets = tf.range(chunk_rows)
+    weight_column_sums = tf.reduce_sum(weights, axis=0) if with_gradients else None  # [d]
 
     def body(chunk, loss_sum, correct, row_gradients, weight_gradients):
         start = chunk * chunk_rows
@@ -85,16 +86,24 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
         correct += tf.reduce_sum(tf.cast(tf.equal(predictions, y), tf.float32) * real)
         if with_gradients:
-            # d CE / d logits = softmax - q, for real rows only: (softmax - low) * real over
-            # the whole chunk, then confidence - low less at each target, written at those
-            # chunk_rows places rather than through a [chunk_rows, vocab] one-hot.
-            logit_gradients = (exp_shifted * (real / exp_sum)[:, None]) - (low * real)[:, None]
-            targets_at = tf.stack([offsets, y], axis=1)
-            logit_gradients = tf.tensor_scatter_nd_sub(logit_gradients, targets_at,
-                                                       (confidence - low) * real)
+            # d CE / d logits = G = softmax - q on real rows, i.e. with e = exp(logits - max)
+            # and per row s = real / sum(e):  G = s * e - low * real - (confidence - low) *
+            # real at the target. G is never formed: its three terms go through the two
+            # products separately, so that no pass over [chunk_rows, vocab] is added to e.
+            #   G W   = s * (e W) - low * real * colsum(W) - (c - low) * real * W[y]
+            #   G^T h = e^T (s * h) - low * sum_rows(real * h) - (c - low) * (real * h) at y
+            row_scale = real / exp_sum
+            target_weight = (confidence - low) * real
+            chunk_row_gradients = (row_scale[:, None] * tf.matmul(exp_shifted, weights)
+                                   - (low * real)[:, None] * weight_column_sums[None, :]
+                                   - target_weight[:, None] * tf.gather(weights, y))
             row_gradients = tf.tensor_scatter_nd_update(
-                row_gradients, (start + offsets)[:, None], tf.matmul(logit_gradients, weights))
-            weight_gradients += tf.matmul(logit_gradients, h, transpose_a=True)
+                row_gradients, (start + offsets)[:, None], chunk_row_gradients)
+            real_h = real[:, None] * h
+            weight_gradients += (
+                tf.matmul(exp_shifted, row_scale[:, None] * h, transpose_a=True)
+                - low * tf.reduce_sum(real_h, axis=0)[None, :]
+                - tf.math.unsorted_segment_sum(target_weight[:, None] * h, y, vocab_size))
         return chunk + 1, loss_sum, correct, row_gradients, weight_gradients
 
     zero = tf.constant(0.0)
