@@ -108,8 +108,9 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
                        inter_threads: int, parallel_batches: int,
                        warm_up_every_shape: bool = False):
     """One round of the SavedModel, in a process that imports TensorFlow and registers
-    tensorflow-text's SentencePiece ops only (what a server loads), not t2t_lite. The job file (JSON) has the sentences, their
-    batches (lists of indices: the decoder's order, sorted by length) and the latency count.
+    tensorflow-text's SentencePiece ops only (what a server loads), not t2t_lite. The job file
+    (JSON) has the sentences, their batches (lists of indices: the decoder's order, sorted by
+    length) and the latency count.
     The warm-up is one batch, or with `warm_up_every_shape` (an XLA-compiled search, which
     compiles once per batch shape) every batch and every latency sentence once. The timed
     pass sends `parallel_batches` batches at once, from threads of their own (as concurrent

@@ -116,8 +116,9 @@ class Translator:
 
     Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
     the results put back in input order. Up to `parallel_batches_for(translator_hparams)`
-    (resolved once, as `parallel_batches`) batches are searched at once, from threads of their own (TensorFlow runs them in parallel;
-    each batch's output does not depend on the others). With XLA
+    (resolved once, as `parallel_batches`) batches are searched at once, from threads of their
+    own (TensorFlow runs them in parallel; each batch's output does not depend on the others).
+    With XLA
     (translator_hparams.jit_compile), every batch is padded to batch_size rows and its length
     rounded up to a multiple of LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it
     compiles for a few shapes only.
@@ -189,13 +190,11 @@ class Translator:
         threads = min(self.parallel_batches, max(len(batches), 1))
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
         # scope, and starts no pool.
-        several = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
+        pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
+        search_each = pool.map if pool else map
         with progress_bar("decoding", total=len(todo), unit="sentences",
-                          disable=not show_progress) as bar, \
-                several or contextlib.nullcontext():
-            searched = several.map(search_batch, batches) if several else map(search_batch,
-                                                                                batches)
-            for indices, ids, batch_scores in searched:
+                          disable=not show_progress) as bar, pool or contextlib.nullcontext():
+            for indices, ids, batch_scores in search_each(search_batch, batches):
                 for index, row, row_score in zip(indices, ids, batch_scores):
                     outputs[index] = self.encoders["targets"].decode(row.tolist())
                     scores[index] = float(row_score)
