@@ -84,20 +84,20 @@ class _Decoder:
                                    rows["inputs_padding"], training=False)
         return logits[:, position, :], rows
 
-    def shape_invariants(self):
-        """The rows' shapes as the search loop may change them: the number of rows and the
-        self-attention caches' length, unless fixed_shapes."""
+    def shape_invariants(self, rows):
+        """The shapes of `rows` (the loop's first) as the search loop may change them: the
+        number of rows and the self-attention caches' length, unless fixed_shapes."""
         if self.fixed_shapes:
-            return tf.nest.map_structure(lambda tensor: tensor.shape, self.rows)
+            return tf.nest.map_structure(lambda tensor: tensor.shape, rows)
 
         def any_rows_and_length(tensor):
             return tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
-        shapes = tf.nest.map_structure(_any_rows, self.rows)
+        shapes = tf.nest.map_structure(_any_rows, rows)
         if self.use_cache:
             shapes["cache"] = [
                 {**layer_shapes, "self_attention": tf.nest.map_structure(
                     any_rows_and_length, layer["self_attention"])}
-                for layer_shapes, layer in zip(shapes["cache"], self.rows["cache"])]
+                for layer_shapes, layer in zip(shapes["cache"], rows["cache"])]
         return shapes
 
     def follow(self, rows, parent_rows=None, kept_rows=None, rows_left=None):
@@ -161,7 +161,7 @@ def _loop(decoder, not_done, step, state):
         return _any_rows(tensor)
     shapes = tuple(tf.nest.map_structure(invariant, item) for item in state[:-1])
     return tf.while_loop(not_done, step, state,
-                         shape_invariants=shapes + (decoder.shape_invariants(),))
+                         shape_invariants=shapes + (decoder.shape_invariants(state[-1]),))
 
 
 def _still_searched(done):
@@ -248,8 +248,10 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
                                                                          extra_length)
     batch_size = tf.shape(inputs)[0]
     per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered
-    decoder = _Decoder(model, _tile_beams(encoder_output, beam_size),
-                       _tile_beams(inputs_padding, beam_size), max_length, use_cache,
+    # The decoder's rows start as one per sentence: the encoder-decoder keys and values are
+    # projected once per sentence, and the first step runs on one row per sentence (all K
+    # beams start from the same start symbol); its outputs and rows are then tiled to K beams.
+    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache,
                        fixed_shapes)
     length = max_length + 1  # with the start position
     positions = tf.range(length)[tf.newaxis, tf.newaxis, :]
@@ -278,13 +280,20 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     # `done` and the decoder's rows (b * K of them) hold; `results` holds every sentence's
     # finished sequences, scores and flags.
     def step(t, searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
-             finished_flags, results, rows):
+             finished_flags, results, rows, first=False):
+        """One search step; `first`: the step at position 0, whose decoder rows are one per
+        sentence (the K beams' would be equal), tiled to K beams after it."""
         b = tf.shape(searched)[0]
         searched_limits = tf.gather(limits, searched)
-        logits, rows = decoder.logits(_flatten_beams(alive_seq), t, rows)
+        logits, rows = decoder.logits(alive_seq[:, 0] if first else _flatten_beams(alive_seq),
+                                      t, rows)
         # 2K candidates: even if K of them end with EOS, K stay alive. They are the top 2K of
         # the K beams' best 2K tokens each (the top 2K of all K * V, in the same order).
         beam_log_probs, beam_tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
+        if first:
+            beam_log_probs, beam_tokens, rows = tf.nest.map_structure(
+                lambda tensor: _tile_beams(tensor, beam_size),
+                (beam_log_probs, beam_tokens, rows))
         candidate_log_probs = (_merge_beams(beam_log_probs, b, beam_size)
                                + alive_log_probs[:, :, tf.newaxis])  # [b, K, 2K]
         top_log_probs, top_indices = tf.math.top_k(
@@ -340,6 +349,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool), alive_seq,
              alive_log_probs, finished_seq, finished_scores, finished_flags,
              (finished_seq, finished_scores, finished_flags), decoder.rows)
+    state = step(*state, first=True)
     (_, searched, _, alive_seq, alive_log_probs, _, _, _,
      (finished_seq, finished_scores, finished_flags), _) = _loop(decoder, not_done, step, state)
     # Sentences searched to the last step without a finished sequence: their best alive one.

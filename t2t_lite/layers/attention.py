@@ -5,6 +5,8 @@
 Masks are additive biases, as in t2t's common_attention: 0 where attending is allowed and -1e9
 where it is not, broadcast against the logits [batch, heads, queries, keys].
 """
+import warnings
+
 import keras
 from keras import ops
 
@@ -162,7 +164,12 @@ class MultiHeadAttention(LayerWithKernels):
             # Keras casts a float16 layer's inputs, turning -1e9 into -inf; clamping keeps a
             # row whose keys are all masked (an all-PAD source) finite instead of NaN.
             logits = logits + ops.maximum(ops.cast(bias, "float32"), NEG_INF)
-        return ops.softmax(logits, axis=-1)
+        with warnings.catch_warnings():
+            # One key is legitimate (the first decoding step, a one-token input); Keras warns
+            # of a softmax over a length-1 axis when it sees one while tracing.
+            warnings.filterwarnings("ignore", "You are using a softmax over axis",
+                                    UserWarning)
+            return ops.softmax(logits, axis=-1)
 
     def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
         """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the

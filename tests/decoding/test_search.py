@@ -155,15 +155,19 @@ class RowCountingModel:
 def test_done_sentences_leave_the_batch_without_changing_any_output(model, inputs, beam_size):
     """Row 1's input is 4 tokens to the others' 7, so its limit comes 3 steps earlier: the
     steps after run on the other sentences' rows only, and every output stays as in the
-    fixed-shape search, where no row leaves."""
+    fixed-shape search, where no row leaves. Beam search's first step runs on one row per
+    sentence (the beams all start from the start symbol), the next on K per sentence."""
     counting = RowCountingModel(model)
     if beam_size == 1:
         ids, scores = search.greedy_search(counting, inputs, extra_length=6)
+        beam_rows = counting.rows_per_step
     else:
         ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
-    assert counting.rows_per_step[0] == 3 * beam_size
-    assert min(counting.rows_per_step) <= 2 * beam_size
-    assert counting.rows_per_step == sorted(counting.rows_per_step, reverse=True)
+        assert counting.rows_per_step[0] == 3
+        beam_rows = counting.rows_per_step[1:]
+    assert beam_rows[0] == 3 * beam_size
+    assert min(beam_rows) <= 2 * beam_size
+    assert beam_rows == sorted(beam_rows, reverse=True)
     fixed_ids, fixed_scores = run_search(model, inputs, beam_size,
                                          **COMPILATIONS["fixed cache, XLA"])
     np.testing.assert_array_equal(ids.numpy(), fixed_ids)
