@@ -54,6 +54,10 @@ class _Decoder:
 
     What each row needs besides its tokens ("rows": the source padding, and the caches, or the
     encoder output without them) is loop state, so that finished sentences can leave the batch.
+    The rows have one row per sentence, but for the self-attention caches, which have one per
+    decoded sequence (per beam); the model's encoder-decoder attention lets a sentence's beams
+    share its keys and values (MultiHeadAttention.attend_to_memory), and the uncached decoder
+    repeats the encoder output per beam.
 
     fixed_shapes: the self-attention cache has room for max_length positions from the start
     and no row leaves (XLA compiles only fixed shapes); otherwise the cache grows by one
@@ -80,8 +84,9 @@ class _Decoder:
                                                    rows["cache"], rows["inputs_padding"],
                                                    self.fixed_shapes)
             return logits, {**rows, "cache": cache}
-        logits = self.model.decode(decoded[:, :-1], rows["encoder_output"],
-                                   rows["inputs_padding"], training=False)
+        beams = tf.shape(decoded)[0] // tf.shape(rows["inputs_padding"])[0]
+        logits = self.model.decode(decoded[:, :-1], _tile_beams(rows["encoder_output"], beams),
+                                   _tile_beams(rows["inputs_padding"], beams), training=False)
         return logits[:, position, :], rows
 
     def shape_invariants(self, rows):
@@ -100,39 +105,45 @@ class _Decoder:
                 for layer_shapes, layer in zip(shapes["cache"], rows["cache"])]
         return shapes
 
-    def follow(self, rows, parent_rows=None, kept_rows=None, rows_left=None):
-        """The rows of the next step. With `parent_rows`, the self-attention caches follow
-        their sequences: row i continues row parent_rows[i] (beam search reorders its beams).
-        With `rows_left` (bool scalar), when it is true, only `kept_rows` (the sentences still
-        searched) are kept of everything else."""
+    def follow(self, rows, parent_rows=None, kept=None, rows_left=None):
+        """The rows of the next step. With `parent_rows` (beam search), the self-attention
+        caches follow their sequences: row i continues row parent_rows[i] (beam search
+        reorders its beams, and leaves out those of the sentences done). With `rows_left`
+        (bool scalar), when it is true, only the sentences `kept` (those still searched) are
+        kept of the rest: of the rows with one row per sentence, and of the self-attention
+        caches too without `parent_rows` (greedy search: one row per sentence)."""
         def gather(indices):
             return lambda tensor: tf.gather(tensor, indices)
-
-        def self_attention_caches(rows, function):
-            return {**rows, "cache": [
-                {**layer, "self_attention": tf.nest.map_structure(function,
-                                                                  layer["self_attention"])}
-                for layer in rows["cache"]]}
 
         def reorder(tensor):
             followed = tf.gather(tensor, parent_rows)
             return tf.ensure_shape(followed, tensor.shape) if self.fixed_shapes else followed
 
-        reordered = parent_rows is not None and "cache" in rows
+        reordered = parent_rows is not None and self.use_cache
         if reordered:
-            rows = self_attention_caches(rows, reorder)
+            rows = self.map_self_attention_caches(reorder, rows)
         if rows_left is None:
             return rows
 
         def keep(rows):
             if not reordered:
-                return tf.nest.map_structure(gather(kept_rows), rows)
-            kept = {name: tf.nest.map_structure(gather(kept_rows), value)
-                    for name, value in rows.items() if name != "cache"}
-            kept["cache"] = [{**layer, "encoder_decoder": tf.nest.map_structure(
-                gather(kept_rows), layer["encoder_decoder"])} for layer in rows["cache"]]
-            return kept
+                return tf.nest.map_structure(gather(kept), rows)
+            kept_rows = {name: tf.nest.map_structure(gather(kept), value)
+                         for name, value in rows.items() if name != "cache"}
+            kept_rows["cache"] = [{**layer, "encoder_decoder": tf.nest.map_structure(
+                gather(kept), layer["encoder_decoder"])} for layer in rows["cache"]]
+            return kept_rows
         return tf.cond(rows_left, lambda: keep(rows), lambda: rows)
+
+    def map_self_attention_caches(self, function, rows):
+        """`rows` with `function` applied to each self-attention cache's tensors (the only rows
+        with a row per beam; the rest have one per sentence)."""
+        if not self.use_cache:
+            return rows
+        return {**rows, "cache": [
+            {**layer, "self_attention": tf.nest.map_structure(function,
+                                                              layer["self_attention"])}
+            for layer in rows["cache"]]}
 
 
 def _encode(model, inputs, extra_length):
@@ -248,9 +259,10 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
                                                                          extra_length)
     batch_size = tf.shape(inputs)[0]
     per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered
-    # The decoder's rows start as one per sentence: the encoder-decoder keys and values are
-    # projected once per sentence, and the first step runs on one row per sentence (all K
-    # beams start from the same start symbol); its outputs and rows are then tiled to K beams.
+    # The decoder's rows are one per sentence, but for the self-attention caches after the
+    # first step: the encoder-decoder keys and values are projected once per sentence and
+    # shared by its K beams, and the first step runs on one row per sentence (all K beams
+    # start from the same start symbol); its outputs and caches are then tiled to K beams.
     decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache,
                        fixed_shapes)
     length = max_length + 1  # with the start position
@@ -291,9 +303,10 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         # the K beams' best 2K tokens each (the top 2K of all K * V, in the same order).
         beam_log_probs, beam_tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
         if first:
-            beam_log_probs, beam_tokens, rows = tf.nest.map_structure(
-                lambda tensor: _tile_beams(tensor, beam_size),
-                (beam_log_probs, beam_tokens, rows))
+            beam_log_probs, beam_tokens = (_tile_beams(tensor, beam_size)
+                                           for tensor in (beam_log_probs, beam_tokens))
+            rows = decoder.map_self_attention_caches(
+                lambda tensor: _tile_beams(tensor, beam_size), rows)
         candidate_log_probs = (_merge_beams(beam_log_probs, b, beam_size)
                                + alive_log_probs[:, :, tf.newaxis])  # [b, K, 2K]
         top_log_probs, top_indices = tf.math.top_k(
@@ -336,10 +349,8 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
                     searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
                     finished_flags))
         kept_beams = kept[:, tf.newaxis] * beam_size
-        rows = decoder.follow(
-            rows, _flatten_beams(kept_beams + tf.gather(parents, kept)),
-            _flatten_beams(kept_beams + tf.range(beam_size)[tf.newaxis, :]),
-            None if fixed_shapes else tf.size(kept) < b)
+        rows = decoder.follow(rows, _flatten_beams(kept_beams + tf.gather(parents, kept)), kept,
+                              None if fixed_shapes else tf.size(kept) < b)
         return (t + 1, searched, done, alive_seq, alive_log_probs, finished_seq,
                 finished_scores, finished_flags, results, rows)
 

@@ -110,9 +110,22 @@ class MultiHeadAttention(LayerWithKernels):
 
     def attend_to_memory(self, query, memory_cache, bias=None):
         """`call` for one decoding position per row, with the memory's keys and values from
-        `project_memory`: query [batch, d] -> [batch, d]."""
-        q = self.heads_of_one_position(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        return self.attend_one_position(q, memory_cache["key"], memory_cache["value"], bias)
+        `project_memory`: query [rows, d] -> [rows, d].
+
+        The memory may have fewer rows than the query, rows = n * memory rows: each memory row
+        then serves n consecutive query rows (beam search's n beams of a sentence share its
+        encoder output), whose queries attend together as n query positions of one row. A
+        head's product is then one [n, depth] x [depth, keys], reading the keys and values
+        once for n beams (t2t and CTranslate2 tile them per beam instead); `bias` has one row
+        per memory row."""
+        key, value = memory_cache["key"], memory_cache["value"]
+        queries_per_row = ops.shape(query)[0] // ops.shape(key)[0]
+        q = ops.reshape(self.query_dense(query),
+                        (-1, queries_per_row, self.num_heads, self.depth_per_head))
+        q = ops.transpose(q, (0, 2, 1, 3)) * (self.depth_per_head**-0.5)
+        context = ops.matmul(ops.cast(self.attention_weights(q, key, bias), value.dtype), value)
+        return self.output_dense(ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
+                                             (-1, self.num_heads * self.depth_per_head)))
 
     def empty_cache(self, batch_size, max_length=None):
         """The keys and values of no position yet, [batch, heads, length, depth / heads] each.

@@ -139,3 +139,24 @@ def test_the_four_projections_start_from_independent_draws():
     first, second = ([weight.numpy() for weight in layer.weights] for layer in seeded)
     assert all(np.array_equal(a, b) for a, b in zip(first, second))
     assert not np.allclose(first[0], first[1])
+
+
+@pytest.mark.parametrize("queries_per_row", [1, 3])
+def test_beams_share_their_sentence_memory(queries_per_row):
+    """attend_to_memory with one memory row per n query rows (beam search's n beams of one
+    sentence): each query row attends over its own sentence's keys, as the §3.2.2 equations
+    with the memory repeated per beam, padded keys masked."""
+    layer = MultiHeadAttention(num_heads=2)
+    memory = _random(2, 5, 8)
+    queries = _random(2 * queries_per_row, 8)
+    padding = np.array([[False] * 5, [False, False, False, True, True]])
+    layer(queries[:2, None, :], memory)  # builds the kernels
+    output = layer.attend_to_memory(queries, layer.project_memory(memory),
+                                    padding_bias(padding))
+    repeated = np.repeat(memory, queries_per_row, axis=0)
+    kept = np.repeat(~padding, queries_per_row, axis=0)
+    expected = np.stack([
+        _numpy_attention(layer, queries[row, None], repeated[row][kept[row]], num_heads=2)[0][0]
+        for row in range(len(queries))])
+    assert tuple(output.shape) == (2 * queries_per_row, 8)
+    np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
