@@ -289,8 +289,8 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         return best_finished > best_alive
 
     # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
-    # `done` and the decoder's rows (b * K of them) hold; `results` holds every sentence's
-    # finished sequences, scores and flags.
+    # `done` and the decoder's rows (b of them, b * K in the self-attention caches) hold;
+    # `results` holds every sentence's finished sequences, scores and flags.
     def step(t, searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
              finished_flags, results, rows, first=False):
         """One search step; `first`: the step at position 0, whose decoder rows are one per
