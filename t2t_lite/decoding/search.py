@@ -84,7 +84,7 @@ class _Decoder:
                                                    rows["cache"], rows["inputs_padding"],
                                                    self.fixed_shapes)
             return logits, {**rows, "cache": cache}
-        beams = tf.shape(decoded)[0] // tf.shape(rows["inputs_padding"])[0]
+        beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(rows["inputs_padding"])[0], 1)
         logits = self.model.decode(decoded[:, :-1], _tile_beams(rows["encoder_output"], beams),
                                    _tile_beams(rows["inputs_padding"], beams), training=False)
         return logits[:, position, :], rows

@@ -119,9 +119,10 @@ class MultiHeadAttention(LayerWithKernels):
         once for n beams (t2t and CTranslate2 tile them per beam instead); `bias` has one row
         per memory row."""
         key, value = memory_cache["key"], memory_cache["value"]
-        queries_per_row = ops.shape(query)[0] // ops.shape(key)[0]
+        memory_rows = ops.shape(key)[0]
+        queries_per_row = ops.shape(query)[0] // ops.maximum(memory_rows, 1)  # 0 rows: 0
         q = ops.reshape(self.query_dense(query),
-                        (-1, queries_per_row, self.num_heads, self.depth_per_head))
+                        (memory_rows, queries_per_row, self.num_heads, self.depth_per_head))
         q = ops.transpose(q, (0, 2, 1, 3)) * (self.depth_per_head**-0.5)
         context = ops.matmul(ops.cast(self.attention_weights(q, key, bias), value.dtype), value)
         return self.output_dense(ops.reshape(ops.transpose(context, (0, 2, 1, 3)),

@@ -62,6 +62,17 @@ def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit
     return ids.numpy(), scores.numpy()
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_an_empty_batch_gives_no_outputs(model, beam_size, fixed_shapes, use_cache):
+    """No sentences (a server's empty request): ids [0, S + extra_length] and no scores,
+    where the beams' shared rows would divide by zero rows."""
+    ids, scores = run_search(model, np.zeros([0, 7], np.int32), beam_size, use_cache,
+                             fixed_shapes)
+    assert ids.shape == (0, 7 + 6) and scores.shape == (0,)
+
+
 @pytest.mark.parametrize("compilation", list(COMPILATIONS))
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_size, compilation):
