@@ -24,6 +24,7 @@ INSTALL_REQUIRES = [
     "tensorboard==2.21.0",
     "importlib_resources==7.1.0",  # tensorflow-datasets imports it but declares it for Python < 3.9
     "tqdm==4.70.1",
+    "scipy-openblas32==0.3.34.481.3",  # OpenBLAS for the compiled weight-gradient op (t2t_lite.blas)
 ]
 
 setuptools.setup(
@@ -34,6 +35,7 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=LIBRARY_PACKAGES + list(TOP_LEVEL_FOLDERS),
     package_dir=TOP_LEVEL_FOLDERS,
+    package_data={"t2t_lite.blas": ["blas_matmul.cc"]},  # compiled on first use
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
                              "build==1.6.1", "wheel==0.48.0"]},

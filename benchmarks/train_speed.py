@@ -8,7 +8,9 @@ Contestants. Each requested --modes is a contestant: t2t_lite trained as the tra
 (TrainingSteps, forward/backward XLA-compiled or not) with the project's defaults, on the seeded
 training batches (every t2t_lite contestant sees the same ones). --kernels_compare (on with
 --compare) adds the first mode on TensorFlow's default kernels (TF_ENABLE_ONEDNN_OPTS=0, where
-t2t_lite asks for oneDNN), to show what oneDNN gives on this CPU. --compare adds OpenNMT-tf
+t2t_lite asks for oneDNN), to show what oneDNN gives on this CPU; --blas_compare (on with
+--compare) the first mode without the BLAS weight gradients (T2T_LITE_BLAS=0, t2t_lite/blas),
+to show what they give. --compare adds OpenNMT-tf
 (benchmarks/peers/opennmt_tf) twice: as its users run it (TensorFlow's own choice of kernels and
 thread pools) and with t2t_lite's TensorFlow settings (oneDNN, and the same --intra_op /
 --inter_op_parallelism_threads).
@@ -56,6 +58,7 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 import training_run  # noqa: E402  (benchmarks/training_run.py)
 from reporting import ONEDNN  # noqa: E402
+from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
@@ -83,6 +86,8 @@ flags.DEFINE_boolean("compare", False, "Add OpenNMT-tf (benchmarks/peers/opennmt
                      "contestants: as its users run it, and with t2t_lite's TensorFlow settings.")
 flags.DEFINE_boolean("kernels_compare", None, "Add the first of --modes on TensorFlow's default "
                      "kernels (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
+flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes without the BLAS weight "
+                     "gradients (T2T_LITE_BLAS=0, t2t_lite/blas). Default: on with --compare.")
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
                      "after the rounds.", lower_bound=1)
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
@@ -168,6 +173,11 @@ def contestants() -> list:
     result = [{"name": f"t2t_lite {mode}", "kind": "t2t_lite", "mode": mode,
                # the project's default kernels (oneDNN on x86-64, t2t_lite/cpu_kernels.py)
                "environment": {ONEDNN: None}, "threads": own_threads} for mode in FLAGS.modes]
+    blas_off = FLAGS.compare if FLAGS.blas_compare is None else FLAGS.blas_compare
+    if blas_off:
+        result.append({"name": f"t2t_lite {FLAGS.modes[0]} no BLAS", "kind": "t2t_lite",
+                       "mode": FLAGS.modes[0], "environment": {ONEDNN: None, BLAS: "0"},
+                       "threads": own_threads})
     kernels = FLAGS.compare if FLAGS.kernels_compare is None else FLAGS.kernels_compare
     if kernels:
         result.append({"name": f"t2t_lite {FLAGS.modes[0]} TF kernels", "kind": "t2t_lite",
@@ -314,14 +324,15 @@ def summarize(entry, parameters, peak_gflops):
 
 
 def ratio_pairs(entries) -> list:
-    """(numerator, denominator) contestants: every t2t_lite one against every peer, oneDNN
-    against TensorFlow's kernels, XLA against no XLA."""
+    """(numerator, denominator) contestants: every t2t_lite one against every peer, the BLAS
+    weight gradients against none, oneDNN against TensorFlow's kernels, XLA against no XLA."""
     ours = [e for e in entries if e["kind"] == "t2t_lite"]
     pairs = [(a, b) for a in ours for b in entries if b["kind"] == "peer"]
     by_name = {e["name"]: e for e in entries}
-    kernels = by_name.get(f"t2t_lite {FLAGS.modes[0]} TF kernels")
-    if kernels:
-        pairs.append((by_name[f"t2t_lite {FLAGS.modes[0]}"], kernels))
+    for other in ("no BLAS", "TF kernels"):
+        if f"t2t_lite {FLAGS.modes[0]} {other}" in by_name:
+            pairs.append((by_name[f"t2t_lite {FLAGS.modes[0]}"],
+                          by_name[f"t2t_lite {FLAGS.modes[0]} {other}"]))
     if "t2t_lite xla" in by_name and "t2t_lite no_xla" in by_name:
         pairs.append((by_name["t2t_lite xla"], by_name["t2t_lite no_xla"]))
     return pairs

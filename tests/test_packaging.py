@@ -1,4 +1,5 @@
-"""The wheel installs problems/, hparams/ and bin/ under the t2t_lite namespace.
+"""The wheel installs problems/, hparams/ and bin/ under the t2t_lite namespace, and the source
+of the BLAS op, which it compiles on first use.
 
 The wheel is built from this checkout and installed with --no-deps into a fresh virtual
 environment. The environment borrows the already-installed dependencies through a path entry
@@ -36,18 +37,34 @@ def venv_python(tmp_path_factory):
     return python
 
 
+def output_lines(venv_python, script, folder, **environment):
+    """The lines `script` prints when the venv's Python runs it in `folder`."""
+    return run([str(venv_python), "-c", script], cwd=folder,
+               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment}).splitlines()
+
+
 def test_wheel_installs_the_namespace_and_lists_the_registry(venv_python, tmp_path):
     script = ("import t2t_lite, t2t_lite.problems, t2t_lite.hparams, t2t_lite.bin.trainer\n"
               "from t2t_lite import registry\n"
               "print(t2t_lite.problems.__file__)\n"
               "print(','.join(registry.list_problems()))\n"
               "print(','.join(registry.list_hparams()))\n")
-    out = run([str(venv_python), "-c", script], cwd=tmp_path,
-              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).splitlines()
+    out = output_lines(venv_python, script, tmp_path)
     assert out[0].startswith(str(venv_python.parent.parent)), out[0]
     assert "site-packages/t2t_lite/problems/__init__.py" in out[0]
     assert "algorithmic_copy" in out[1].split(",")
     assert "transformer_base_v1" in out[2].split(",")
+
+
+def test_wheel_builds_the_blas_op_from_its_installed_source(venv_python, tmp_path):
+    script = ("import tensorflow as tf\n"
+              "from t2t_lite.blas import library\n"
+              "print(library.SOURCE)\n"
+              "op = library.load().t2t_lite_blas_mat_mul\n"
+              "print(op(tf.ones([3, 2]), tf.ones([3, 4]), transpose_a=True).numpy().sum())\n")
+    out = output_lines(venv_python, script, tmp_path, T2T_LITE_CACHE=str(tmp_path / "cache"))
+    assert "site-packages/t2t_lite/blas/blas_matmul.cc" in out[0]
+    assert out[1] == "24.0"  # 2 x 4 entries of 3
 
 
 def test_wheel_installs_console_scripts(venv_python):

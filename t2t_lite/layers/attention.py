@@ -10,6 +10,7 @@ import warnings
 import keras
 from keras import ops
 
+from t2t_lite.layers.dense import Dense
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.kernels import LayerWithKernels
 
@@ -68,7 +69,7 @@ class MultiHeadAttention(LayerWithKernels):
         self.depth_per_head = depth // self.num_heads
 
         def projection(name, index):
-            return keras.layers.Dense(
+            return Dense(
                 depth, use_bias=False, name=name, dtype=self.dtype_policy,
                 kernel_initializer=self.kernel_initializer_of(index))
 

@@ -18,6 +18,7 @@ positions) reduced over replicas, from which the caller forms token-weighted ave
 """
 import tensorflow as tf
 
+from t2t_lite.blas import matmul as blas
 from t2t_lite.training import losses, output_layer_loss
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -32,12 +33,16 @@ class TrainingSteps:
     `stop_training` make this object the `model` that Keras callbacks see.
     """
 
-    def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
+    def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True,
+                 blas_weight_gradients: bool = True):
         self.model = model
         self.optimizer = optimizer
         self.hparams = hparams
         self.strategy = strategy or tf.distribute.get_strategy()
         self.stop_training = False
+        # The weight gradients through OpenBLAS where t2t_lite.blas can (a CPU, float32), unless
+        # XLA compiles the step: XLA cannot compile that op.
+        self.blas_weight_gradients = blas_weight_gradients and not jit_compile
         if not optimizer.built:  # its slots must be created in the strategy's scope
             with self.strategy.scope():
                 optimizer.build(model.trainable_variables)
@@ -86,10 +91,12 @@ class TrainingSteps:
                 "padded_tokens": padded, "real_tokens": real}
 
     def _loss_and_gradients(self, features, global_tokens):
-        with tf.GradientTape() as tape:
-            counts = self._counts(features, training=True)
-            loss = self.optimizer.scale_loss(counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
-        return counts, tape.gradient(loss, self.model.trainable_variables)
+        with blas.allowed(self.blas_weight_gradients):
+            with tf.GradientTape() as tape:
+                counts = self._counts(features, training=True)
+                loss = self.optimizer.scale_loss(
+                    counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
+            return counts, tape.gradient(loss, self.model.trainable_variables)
 
     # --- Across replicas ------------------------------------------------------------------------
 

@@ -134,7 +134,9 @@ def test_layers_take_the_hparams_as_arguments_and_round_trip_their_config(model)
 
 def test_variable_paths_are_the_checkpoint_keys(model):
     # Checkpoints are saved by variable path (training/, serving/): these names must not change.
-    paths = {variable.path.removeprefix("transformer/") for variable in model.weights}
+    # (The model's own name leads each path: "transformer", or "transformer_1" when another
+    # model was built first in this process.)
+    paths = {variable.path.removeprefix(model.name + "/") for variable in model.weights}
     assert {"shared_embedding/embeddings",
             "encoder_layer_0/self_attention/query/kernel",
             "encoder_layer_1/feed_forward/filter/kernel",

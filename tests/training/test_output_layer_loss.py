@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.blas import matmul as blas
 from t2t_lite.training import losses, output_layer_loss
 
 VOCAB, DEPTH, EPS = 37, 16, 0.1
@@ -33,24 +34,27 @@ def fused(chunk_rows, with_gradients=True):
         hidden, weights, targets, EPS, chunk_rows, with_gradients)
 
 
-def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=False):
+def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=False,
+                         allow_blas=False):
     @tf.function(jit_compile=jit_compile)
     def run(hidden):
-        with tf.GradientTape() as tape:
-            tape.watch(hidden)
-            loss_sum, tokens, correct = loss_function(hidden, weights, targets)
-            scaled = 3.0 * loss_sum  # a loss scale or 1 / tokens upstream of the loss sum
-        return (loss_sum, tokens, correct), tape.gradient(scaled, [hidden, weights])
+        with blas.allowed(allow_blas):
+            with tf.GradientTape() as tape:
+                tape.watch(hidden)
+                loss_sum, tokens, correct = loss_function(hidden, weights, targets)
+                scaled = 3.0 * loss_sum  # a loss scale or 1 / tokens upstream of the loss sum
+            return (loss_sum, tokens, correct), tape.gradient(scaled, [hidden, weights])
     return run(hidden)
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 7, 16, 45, 1024])
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile):
+@pytest.mark.parametrize("jit_compile, allow_blas", [(False, False), (True, False),
+                                                     (False, True)])
+def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile, allow_blas):
     hidden, weights, targets = batch()
     (want, want_gradients) = values_and_gradients(unfused, hidden, weights, targets)
     (got, got_gradients) = values_and_gradients(fused(chunk_rows), hidden, weights, targets,
-                                                jit_compile)
+                                                jit_compile, allow_blas)
     assert float(got[1]) == float(want[1]) > 0  # real target tokens
     assert float(got[2]) == float(want[2])  # correct argmax predictions
     np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-5)

@@ -1,6 +1,7 @@
 """The same global batch gives the same update: on 1 replica and on 2 (MirroredStrategy over two
-logical CPUs, loss normalised by the global token count), and as one batch or as two halves
-with gradient accumulation."""
+logical CPUs, loss normalised by the global token count; with XLA, and without it, where the
+weight gradients go through the BLAS op), and as one batch or as two halves with gradient
+accumulation."""
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     import numpy as np
     import tensorflow as tf
     if sys.argv[1] != "worker":
@@ -41,7 +42,8 @@ SCRIPT = textwrap.dedent("""
         with strategy.scope():
             model = build_model("transformer", hparams, 12)
             optimizer = trainer.make_optimizer(hparams)
-        steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=True)
+        steps = TrainingSteps(model, optimizer, hparams, strategy,
+                              jit_compile=os.environ.get("XLA", "1") == "1")
         data = tf.data.Dataset.from_tensor_slices(
             {"inputs": np.stack([b[0] for b in batches]),
              "targets": np.stack([b[1] for b in batches])})
@@ -76,9 +78,10 @@ def parse_result(returncode, stdout, stderr):
     return json.loads(line[len("RESULT"):])
 
 
-def run_case(case):
+def run_case(case, jit_compile=True):
     result = subprocess.run([sys.executable, "-c", SCRIPT, case], capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=600,
+                            env=dict(os.environ, XLA="1" if jit_compile else "0"))
     return parse_result(result.returncode, result.stdout, result.stderr)
 
 
@@ -105,8 +108,9 @@ def assert_same_weights(a, b):
         np.testing.assert_allclose(a[path], b[path], rtol=1e-5, atol=1e-6, err_msg=path)
 
 
-def test_one_step_on_one_and_two_replicas_is_the_same():
-    one, two = run_case("one_replica"), run_case("two_replicas")
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_one_step_on_one_and_two_replicas_is_the_same(jit_compile):
+    one, two = run_case("one_replica", jit_compile), run_case("two_replicas", jit_compile)
     assert one["updates"] == two["updates"] == 1
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert_same_weights(one["weights"], two["weights"])

@@ -1,0 +1,94 @@
+"""The BLAS matmul op library: compiled once per machine from `blas_matmul.cc`, then loaded.
+
+A TensorFlow op library must be built against the installed TensorFlow's headers and ABI
+(`tf.sysconfig`), so it is compiled on first use, as TensorFlow's guide to custom ops builds
+one with g++, and kept in a cache folder under a name that hashes everything the build depends
+on (the source, TensorFlow's version and flags, the compiler, OpenBLAS). The library is written
+under a temporary name and renamed when complete, so that processes building it at the same
+time (test workers, several trainers) each load a whole one.
+
+OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy use), whose
+symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process.
+
+Without a C++ compiler, or if the build or the load fails, `load()` returns None, logs why once,
+and t2t_lite uses TensorFlow's kernels.
+"""
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
+CACHE_VARIABLE = "T2T_LITE_CACHE"  # the folder of built libraries (default ~/.cache/t2t_lite)
+
+
+class BuildError(Exception):
+    """The op library could not be built or loaded; the message says why."""
+
+
+@functools.lru_cache(maxsize=None)
+def load():
+    """The loaded op library (its Python module, with `t2t_lite_blas_mat_mul`), or None."""
+    try:
+        return tf.load_op_library(built_library())
+    except (BuildError, OSError, tf.errors.OpError) as error:
+        logging.warning("BLAS matmul kernels unavailable (%s); training uses TensorFlow's "
+                        "kernels", error)
+        return None
+
+
+def built_library() -> str:
+    """The path of the compiled library, compiling it first if the cache lacks it."""
+    command, inputs = _compile_command()
+    key = hashlib.sha256(inputs.encode() + open(SOURCE, "rb").read()).hexdigest()[:16]
+    folder = os.path.join(cache_folder(), "kernels")
+    path = os.path.join(folder, f"blas_matmul-{key}.so")
+    if os.path.exists(path):
+        return path
+    os.makedirs(folder, exist_ok=True)
+    logging.info("compiling the BLAS matmul kernels into %s (once per machine)", path)
+    handle, temporary = tempfile.mkstemp(prefix=".blas_matmul-", suffix=".incomplete",
+                                         dir=folder)
+    os.close(handle)
+    try:
+        result = subprocess.run(command + ["-o", temporary], capture_output=True, text=True,
+                                check=False)
+        if result.returncode:
+            errors = [line for line in result.stderr.splitlines() if "error" in line]
+            raise BuildError(f"{command[0]} failed: "
+                             f"{(errors or result.stderr.splitlines() or ['no output'])[0]}")
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
+def cache_folder() -> str:
+    return os.environ.get(CACHE_VARIABLE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "t2t_lite")
+
+
+def _compile_command():
+    """(the compiler command without its output, a text of everything the build depends on)."""
+    try:
+        import scipy_openblas32 as openblas
+    except ImportError as error:
+        raise BuildError(f"the scipy-openblas32 package is missing ({error})") from error
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not compiler or not shutil.which(compiler):
+        raise BuildError(f"no C++ compiler (set CXX, or install g++): {compiler or 'g++'}")
+    library_folder = openblas.get_lib_dir()
+    command = ([compiler, "-O2", "-pipe", "-shared", "-fPIC", SOURCE,
+                "-I" + openblas.get_include_dir(), "-Wno-deprecated-declarations"]
+               + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
+               + ["-L" + library_folder, "-l" + openblas.get_library(),
+                  "-Wl,-rpath," + library_folder])
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             check=False).stdout.split("\n")[0]
+    return command, "\n".join(command + [version, tf.__version__, tf.__file__])

@@ -1,0 +1,68 @@
+"""Which kernel multiplies: the BLAS op for the products TensorFlow's CPU kernels run slowly, or
+`tf.matmul`.
+
+On a CPU, TensorFlow's kernels (Eigen's and oneDNN's) run a product whose first operand is
+transposed and whose inner dimension is long, such as a weight gradient x^T dy over a batch's
+4,096 tokens, at about half the rate of the same product in OpenBLAS, while they are as fast on
+the forward products (benchmarks/README.md, "BLAS weight gradients"). Training therefore takes
+its weight gradients through `matmul`, which runs the op of `library.py` when:
+
+- the caller allows it while the step is traced (`allowed()`: the training step does, unless
+  XLA compiles the step, which cannot compile the op);
+- the operands are float32 (mixed precision keeps TensorFlow's kernels);
+- TensorFlow sees no GPU or TPU (the op runs on the CPU only);
+- the environment variable T2T_LITE_BLAS is not 0;
+- the op library builds and loads (`library.load`).
+
+Otherwise, and always outside `allowed()`, `matmul` is `tf.matmul`. The op has no gradient of
+its own: it computes gradients, it is not differentiated.
+"""
+import contextlib
+import contextvars
+import functools
+import os
+
+import tensorflow as tf
+
+from t2t_lite.blas import library
+
+SWITCH_VARIABLE = "T2T_LITE_BLAS"
+
+_allowed = contextvars.ContextVar("t2t_lite_blas_allowed", default=False)
+
+
+@contextlib.contextmanager
+def allowed(allow: bool = True):
+    """Within the block, `matmul` may run the BLAS op on float32 CPU products (decided when a
+    function is traced, so the block must enclose the tracing)."""
+    token = _allowed.set(allow)
+    try:
+        yield
+    finally:
+        _allowed.reset(token)
+
+
+def in_use(*operands) -> bool:
+    """Whether `matmul` of these operands runs the BLAS op here (see the module docstring)."""
+    return (_allowed.get() and all(operand.dtype == tf.float32 for operand in operands)
+            and available())
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """The BLAS op can be used in this process: turned on, no accelerator, library loaded."""
+    if os.environ.get(SWITCH_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        return False
+    return library.load() is not None
+
+
+def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
+    """`tf.matmul(a, b, transpose_a, transpose_b)` of two matrices, through the BLAS op when
+    `in_use(a, b)`."""
+    a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
+    if in_use(a, b):
+        return library.load().t2t_lite_blas_mat_mul(a, b, transpose_a=transpose_a,
+                                                    transpose_b=transpose_b)
+    return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)

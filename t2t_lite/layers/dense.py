@@ -1,0 +1,47 @@
+"""The dense projection of the attention and feed-forward layers: `keras.layers.Dense`, with a
+choice of CPU kernel that gives the same values.
+
+y = x W + b over the last axis, as Keras computes it (the same variables, names and config).
+When the training step allows the BLAS kernels (`t2t_lite.blas.matmul`), the gradient with
+respect to W, x^T dy summed over every position of the batch, is computed through them:
+TensorFlow's CPU kernels run that product, long in its inner dimension, at about half the rate
+of its forward product (benchmarks/README.md, "blas_speed").
+"""
+import keras
+import tensorflow as tf
+
+from t2t_lite.blas import matmul as blas
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class Dense(keras.layers.Dense):
+    """`keras.layers.Dense` (same arguments) with the kernel gradient described above."""
+
+    def call(self, inputs, training=None):
+        inputs = tf.convert_to_tensor(inputs)
+        kernel = tf.convert_to_tensor(self.kernel)
+        if not blas.in_use(inputs, kernel):
+            return super().call(inputs, training=training)
+        rows = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        outputs = tf.reshape(_product_with_blas_kernel_gradient(rows, kernel),
+                             tf.concat([tf.shape(inputs)[:-1], [self.units]], axis=0))
+        outputs.set_shape(inputs.shape[:-1].concatenate([self.units]))
+        return self._bias_and_activation(outputs)
+
+    def _bias_and_activation(self, outputs):
+        if self.bias is not None:
+            # bias_add, not +: grappler fuses MatMul, BiasAdd and Relu into one oneDNN op.
+            outputs = tf.nn.bias_add(outputs, tf.cast(self.bias, outputs.dtype))
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
+
+@tf.custom_gradient
+def _product_with_blas_kernel_gradient(rows, kernel):
+    """rows [n, d_in] @ kernel [d_in, d_out], with d/d kernel = rows^T dy through blas.matmul."""
+    def gradient(upstream):
+        return (tf.matmul(upstream, kernel, transpose_b=True),
+                blas.matmul(rows, upstream, transpose_a=True))
+
+    return tf.matmul(rows, kernel), gradient
