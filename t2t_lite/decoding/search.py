@@ -380,8 +380,9 @@ def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = Fa
     """The search search_hparams asks for: beam search, or greedy search for beam_size 1.
     fixed_shapes for a search compiled with XLA (the caller's jit_compile)."""
     hp = search_hparams
-    if hp.beam_size > 1:
-        return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length, hp.use_cache,
-                           fixed_shapes=fixed_shapes)
-    return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
-                         fixed_shapes=fixed_shapes)
+    with model.step_kernels():  # the decoder's kernels laid out for steps, once per search
+        if hp.beam_size > 1:
+            return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
+                               hp.use_cache, fixed_shapes=fixed_shapes)
+        return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
+                             fixed_shapes=fixed_shapes)

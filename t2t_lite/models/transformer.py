@@ -13,6 +13,7 @@ from keras import ops
 
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
+from t2t_lite.layers.dense import transposed_kernels
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import PAD_ID, make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
@@ -282,6 +283,13 @@ class Transformer(keras.Model):
                  "encoder_decoder": layer.encoder_decoder_attention.project_memory(
                      encoder_output)}
                 for layer in self.decoder_stack]
+
+    def step_kernels(self):
+        """A context for building a decoding loop: within it, the decoder layers' projections
+        multiply `decode_step`'s rows by kernels laid out for them, made once on entry
+        (layers.dense.transposed_kernels; the same values)."""
+        return transposed_kernels(
+            [variable for layer in self.decoder_stack for variable in layer.trainable_variables])
 
     def decode_step(self, ids, position, cache, inputs_padding, fixed_length=False):
         """One step of incremental decoding: `ids` [batch] are the decoder inputs at `position`

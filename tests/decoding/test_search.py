@@ -51,8 +51,15 @@ COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
                 "fixed cache, XLA": dict(fixed_shapes=True, jit_compile=True)}
 
 
-def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False):
+def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False,
+               step_kernels=False):
     def run():
+        if step_kernels:  # as search.search runs them
+            with model.step_kernels():
+                return run_without()
+        return run_without()
+
+    def run_without():
         if beam_size == 1:
             return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache,
                                         fixed_shapes=fixed_shapes)
@@ -83,6 +90,17 @@ def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_siz
     assert cached_ids.shape == (3, 7 + 6)
     np.testing.assert_array_equal(cached_ids, uncached_ids)
     np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-5)
+
+
+@pytest.mark.parametrize("compilation", list(COMPILATIONS))
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_kernels_laid_out_for_steps_give_the_same_output(model, inputs, beam_size,
+                                                         compilation):
+    want_ids, want_scores = run_search(model, inputs, beam_size, **COMPILATIONS[compilation])
+    got_ids, got_scores = run_search(model, inputs, beam_size, step_kernels=True,
+                                     **COMPILATIONS[compilation])
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
 
 
 def test_beam_of_one_without_penalty_is_greedy(model, inputs):
