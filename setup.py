@@ -24,7 +24,7 @@ INSTALL_REQUIRES = [
     "tensorboard==2.21.0",
     "importlib_resources==7.1.0",  # tensorflow-datasets imports it but declares it for Python < 3.9
     "tqdm==4.70.1",
-    "scipy-openblas32==0.3.34.481.3",  # OpenBLAS for the compiled weight-gradient op (t2t_lite.blas)
+    "scipy-openblas32==0.3.34.481.3",  # OpenBLAS for the weight-gradient op (t2t_lite/blas)
 ]
 
 setuptools.setup(

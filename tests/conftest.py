@@ -28,6 +28,21 @@ def free_ports():
 
 
 @pytest.fixture(scope="session")
+def blas_op():
+    """The BLAS matmul op library (t2t_lite/blas), built on first use. The test is skipped where
+    no C++ compiler or OpenBLAS is installed (t2t_lite then trains with TensorFlow's kernels),
+    and fails where they are but the op does not build or load."""
+    from t2t_lite.blas import library
+    try:
+        library.compile_command()
+    except library.BuildError as missing:
+        pytest.skip(f"the BLAS matmul op cannot be built here: {missing}")
+    loaded = library.load()
+    assert loaded is not None, "the BLAS matmul op did not build or load: see the warning logged"
+    return loaded
+
+
+@pytest.fixture(scope="session")
 def copy_task_data(tmp_path_factory):
     """A function generating algorithmic_copy records of the given sizes into a new folder."""
     def generate(train: int, dev: int, test: int = 10) -> str:

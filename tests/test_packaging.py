@@ -56,7 +56,7 @@ def test_wheel_installs_the_namespace_and_lists_the_registry(venv_python, tmp_pa
     assert "transformer_base_v1" in out[2].split(",")
 
 
-def test_wheel_builds_the_blas_op_from_its_installed_source(venv_python, tmp_path):
+def test_wheel_builds_the_blas_op_from_its_installed_source(blas_op, venv_python, tmp_path):
     script = ("import tensorflow as tf\n"
               "from t2t_lite.blas import library\n"
               "print(library.SOURCE)\n"

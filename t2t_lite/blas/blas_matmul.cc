@@ -7,6 +7,8 @@
 // so the op uses the threads TensorFlow was given and no pool of its own. Every element of the
 // result is one sgemm dot product over the whole inner dimension, whatever the split.
 #include <algorithm>
+#include <climits>
+#include <mutex>
 #include <optional>
 
 #include "cblas.h"
@@ -29,17 +31,16 @@ constexpr double kMinFlopsToSplit = 4e6;
 // Blocks start at multiples of this many rows or columns (whole register tiles).
 constexpr int64_t kBlockAlignment = 16;
 
-// OpenBLAS runs each call in the calling thread; the threads are TensorFlow's.
-struct SingleThreadedBlas {
-  SingleThreadedBlas() { scipy_openblas_set_num_threads(1); }
-};
-const SingleThreadedBlas single_threaded_blas;
-
 class BlasMatMulOp : public OpKernel {
  public:
   explicit BlasMatMulOp(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("transpose_a", &transpose_a_));
     OP_REQUIRES_OK(context, context->GetAttr("transpose_b", &transpose_b_));
+    // OpenBLAS then runs each call in the calling thread: the threads are TensorFlow's. This
+    // OpenBLAS is scipy-openblas32's own library, so numpy's and scipy's keep their settings.
+    // (Its header declares a per-thread setter that the library does not export.)
+    static std::once_flag single_threaded;
+    std::call_once(single_threaded, [] { scipy_openblas_set_num_threads(1); });
   }
 
   void Compute(OpKernelContext* context) override {
@@ -56,6 +57,12 @@ class BlasMatMulOp : public OpKernel {
     OP_REQUIRES(context, k == k_of_b,
                 tensorflow::errors::InvalidArgument(
                     "T2tLiteBlasMatMul: the inner sizes differ, ", k, " and ", k_of_b));
+    for (const int64_t size : {m, n, k, a.dim_size(1), b.dim_size(1)}) {
+      OP_REQUIRES(context, size <= INT_MAX,
+                  tensorflow::errors::InvalidArgument(
+                      "T2tLiteBlasMatMul: a dimension of ", size, " exceeds OpenBLAS's 32-bit "
+                      "sizes"));
+    }
     Tensor* product = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({m, n}), &product));
     if (m == 0 || n == 0) return;

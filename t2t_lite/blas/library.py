@@ -10,12 +10,14 @@ time (test workers, several trainers) each load a whole one.
 OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy use), whose
 symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process.
 
-Without a C++ compiler, or if the build or the load fails, `load()` returns None, logs why once,
-and t2t_lite uses TensorFlow's kernels.
+Without a C++ compiler, or if the build or the load fails, `load()` returns None, logs why once
+(the compiler's whole output is kept in a .log file beside the library), and t2t_lite uses
+TensorFlow's kernels.
 """
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +27,7 @@ from absl import logging
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
 CACHE_VARIABLE = "T2T_LITE_CACHE"  # the folder of built libraries (default ~/.cache/t2t_lite)
+COMPILE_TIMEOUT_S = 600
 
 
 class BuildError(Exception):
@@ -35,7 +38,12 @@ class BuildError(Exception):
 def load():
     """The loaded op library (its Python module, with `t2t_lite_blas_mat_mul`), or None."""
     try:
-        return tf.load_op_library(built_library())
+        path = built_library()
+        try:
+            return tf.load_op_library(path)
+        except (OSError, tf.errors.OpError):
+            os.remove(path)  # a damaged library in the cache: built again, once
+            return tf.load_op_library(built_library())
     except (BuildError, OSError, tf.errors.OpError) as error:
         logging.warning("BLAS matmul kernels unavailable (%s); training uses TensorFlow's "
                         "kernels", error)
@@ -44,8 +52,9 @@ def load():
 
 def built_library() -> str:
     """The path of the compiled library, compiling it first if the cache lacks it."""
-    command, inputs = _compile_command()
-    key = hashlib.sha256(inputs.encode() + open(SOURCE, "rb").read()).hexdigest()[:16]
+    command, inputs = compile_command()
+    with open(SOURCE, "rb") as source:
+        key = hashlib.sha256(inputs.encode() + source.read()).hexdigest()[:16]
     folder = os.path.join(cache_folder(), "kernels")
     path = os.path.join(folder, f"blas_matmul-{key}.so")
     if os.path.exists(path):
@@ -56,12 +65,17 @@ def built_library() -> str:
                                          dir=folder)
     os.close(handle)
     try:
-        result = subprocess.run(command + ["-o", temporary], capture_output=True, text=True,
-                                check=False)
+        try:
+            result = subprocess.run(command + ["-o", temporary], capture_output=True,
+                                    text=True, check=False, timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired as error:
+            raise BuildError(f"{command[0]} ran longer than {COMPILE_TIMEOUT_S} s") from error
         if result.returncode:
-            errors = [line for line in result.stderr.splitlines() if "error" in line]
-            raise BuildError(f"{command[0]} failed: "
-                             f"{(errors or result.stderr.splitlines() or ['no output'])[0]}")
+            log = path[:-len(".so")] + ".log"
+            with open(log, "w", encoding="utf-8") as handle:
+                handle.write(" ".join(command) + "\n\n" + result.stderr)
+            raise BuildError(f"{command[0]} failed: {_first_error(result.stderr)}; its output: "
+                             f"{log}")
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
@@ -70,25 +84,36 @@ def built_library() -> str:
 
 
 def cache_folder() -> str:
+    """$T2T_LITE_CACHE, else t2t_lite under $XDG_CACHE_HOME or ~/.cache."""
     return os.environ.get(CACHE_VARIABLE) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "t2t_lite")
 
 
-def _compile_command():
+def _first_error(stderr: str) -> str:
+    """The compiler's first error line (for a link error, the linker's reason before collect2's
+    summary line)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line and not line.startswith("collect2")]
+    return (errors or lines or ["no output"])[0]
+
+
+def compile_command():
     """(the compiler command without its output, a text of everything the build depends on)."""
     try:
         import scipy_openblas32 as openblas
     except ImportError as error:
         raise BuildError(f"the scipy-openblas32 package is missing ({error})") from error
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not compiler or not shutil.which(compiler):
-        raise BuildError(f"no C++ compiler (set CXX, or install g++): {compiler or 'g++'}")
+    compiler = shlex.split(os.environ.get("CXX") or "") or [
+        shutil.which("g++") or shutil.which("c++") or "g++"]
+    if not shutil.which(compiler[0]):
+        raise BuildError(f"no C++ compiler (set CXX, or install g++): {compiler[0]}")
     library_folder = openblas.get_lib_dir()
-    command = ([compiler, "-O2", "-pipe", "-shared", "-fPIC", SOURCE,
-                "-I" + openblas.get_include_dir(), "-Wno-deprecated-declarations"]
+    command = (compiler + ["-O2", "-pipe", "-shared", "-fPIC", SOURCE,
+                           "-I" + openblas.get_include_dir(), "-Wno-deprecated-declarations"]
                + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
                + ["-L" + library_folder, "-l" + openblas.get_library(),
                   "-Wl,-rpath," + library_folder])
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                             check=False).stdout.split("\n")[0]
-    return command, "\n".join(command + [version, tf.__version__, tf.__file__])
+    version = subprocess.run(compiler + ["--version"], capture_output=True, text=True,
+                             check=False, timeout=60).stdout.split("\n")[0]
+    return command, "\n".join(command + [version, tf.__version__, tf.__file__,
+                                         getattr(openblas, "__version__", "")])

@@ -4,12 +4,15 @@
 On a CPU, TensorFlow's kernels (Eigen's and oneDNN's) run a product whose first operand is
 transposed and whose inner dimension is long, such as a weight gradient x^T dy over a batch's
 4,096 tokens, at about half the rate of the same product in OpenBLAS, while they are as fast on
-the forward products (benchmarks/README.md, "BLAS weight gradients"). Training therefore takes
+the forward products (benchmarks/README.md, "blas_speed.py"). Training therefore takes
 its weight gradients through `matmul`, which runs the op of `library.py` when:
 
 - the caller allows it while the step is traced (`allowed()`: the training step does, unless
-  XLA compiles the step, which cannot compile the op);
-- the operands are float32 (mixed precision keeps TensorFlow's kernels);
+  XLA compiles the step, which cannot compile the op). The permission is a context variable,
+  which a new thread does not inherit: MirroredStrategy traces each replica in a thread of its
+  own, so it must be given inside the replica's function;
+- the operands are float32 (under mixed precision the dense layers keep TensorFlow's kernels;
+  the fused output layer's products, in float32 there too, still use the op);
 - TensorFlow sees no GPU or TPU (the op runs on the CPU only);
 - the environment variable T2T_LITE_BLAS is not 0;
 - the op library builds and loads (`library.load`).

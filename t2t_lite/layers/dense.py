@@ -6,37 +6,16 @@ y = x W + b over the last axis, as Keras computes it (the same variables, names 
 - Training: when the training step allows the BLAS kernels (`t2t_lite.blas.matmul`), the
   gradient with respect to W, x^T dy summed over every position of the batch, is computed
   through them: TensorFlow's CPU kernels run that product, long in its inner dimension, at
-  about half the rate of its forward product (benchmarks/README.md, "blas_speed").
-- Decoding steps: within `transposed_kernels(...)`, a call on one position per row (x of rank
-  2) multiplies a square or widening kernel (d_out >= d_in) as x (W^T)^T, from W^T made once
-  when the block is entered, outside the search loop: oneDNN runs that layout faster for the
-  few hundred rows of a decoding step on one thread, and a narrowing one slower
-  (benchmarks/README.md, "profile_decode").
+  about half the rate of its forward product (benchmarks/README.md, "blas_speed.py").
+- Decoding steps: within `decoding_kernels.transposed_for_steps(...)`, a call on one position
+  per row (x of rank 2) multiplies a square or widening kernel as x (W^T)^T, from the W^T
+  made there (layers/decoding_kernels.py says why).
 """
-import contextlib
-import contextvars
-
 import keras
 import tensorflow as tf
 
 from t2t_lite.blas import matmul as blas
-
-_transposed = contextvars.ContextVar("t2t_lite_transposed_kernels", default={})
-
-
-@contextlib.contextmanager
-def transposed_kernels(variables):
-    """Within the block, Dense layers whose kernel is among `variables` and is square or
-    widening multiply inputs of rank 2 by a transposed copy of it made here (enter the block
-    where the copies should be made: before a decoding loop, inside the traced function)."""
-    copies = {id(variable): tf.transpose(tf.convert_to_tensor(variable))
-              for variable in variables
-              if len(variable.shape) == 2 and variable.shape[1] >= variable.shape[0]}
-    token = _transposed.set({**_transposed.get(), **copies})
-    try:
-        yield
-    finally:
-        _transposed.reset(token)
+from t2t_lite.layers import decoding_kernels
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -45,13 +24,13 @@ class Dense(keras.layers.Dense):
 
     def call(self, inputs, training=None):
         inputs = tf.convert_to_tensor(inputs)
-        transposed = _transposed.get().get(id(self.kernel))
+        transposed = decoding_kernels.transposed(self.kernel)
         if transposed is not None and inputs.shape.rank == 2:
             outputs = tf.matmul(inputs, tf.cast(transposed, inputs.dtype), transpose_b=True)
             return self._bias_and_activation(outputs)
-        kernel = tf.convert_to_tensor(self.kernel)
-        if not blas.in_use(inputs, kernel):
+        if not blas.in_use(inputs):  # (the kernel, cast to the inputs' dtype, follows them)
             return super().call(inputs, training=training)
+        kernel = tf.convert_to_tensor(self.kernel)
         rows = tf.reshape(inputs, [-1, inputs.shape[-1]])
         outputs = tf.reshape(_product_with_blas_kernel_gradient(rows, kernel),
                              tf.concat([tf.shape(inputs)[:-1], [self.units]], axis=0))

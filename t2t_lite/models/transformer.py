@@ -13,7 +13,7 @@ from keras import ops
 
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
-from t2t_lite.layers.dense import transposed_kernels
+from t2t_lite.layers.decoding_kernels import transposed_for_steps
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import PAD_ID, make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
@@ -174,6 +174,15 @@ class DecoderLayer(_TransformerLayer):
             return x, {"self_attention": self_weights, "encoder_decoder": cross_weights}
         return x
 
+    def step_kernels(self):
+        """The kernels `step` multiplies its rows by (the encoder-decoder attention's keys and
+        values are projected from the encoder output instead, once per sentence)."""
+        projections = [self.self_attention.query_dense, self.self_attention.key_dense,
+                       self.self_attention.value_dense, self.self_attention.output_dense,
+                       self.encoder_decoder_attention.query_dense,
+                       self.encoder_decoder_attention.output_dense,
+                       self.feed_forward.filter_dense, self.feed_forward.output_dense]
+        return [projection.kernel for projection in projections]
 
     def step(self, x, cache, position, encoder_decoder_bias=None, fixed_length=False):
         """The layer at one decoding position: x [batch, d] is the input at `position`;
@@ -287,9 +296,9 @@ class Transformer(keras.Model):
     def step_kernels(self):
         """A context for building a decoding loop: within it, the decoder layers' projections
         multiply `decode_step`'s rows by kernels laid out for them, made once on entry
-        (layers.dense.transposed_kernels; the same values)."""
-        return transposed_kernels(
-            [variable for layer in self.decoder_stack for variable in layer.trainable_variables])
+        (layers.decoding_kernels; the same values)."""
+        return transposed_for_steps(
+            [kernel for layer in self.decoder_stack for kernel in layer.step_kernels()])
 
     def decode_step(self, ids, position, cache, inputs_padding, fixed_length=False):
         """One step of incremental decoding: `ids` [batch] are the decoder inputs at `position`

@@ -91,6 +91,8 @@ class TrainingSteps:
                 "padded_tokens": padded, "real_tokens": real}
 
     def _loss_and_gradients(self, features, global_tokens):
+        # Here, inside the replica's function: MirroredStrategy traces each replica in a thread
+        # of its own, which does not inherit the permission (a context variable).
         with blas.allowed(self.blas_weight_gradients):
             with tf.GradientTape() as tape:
                 counts = self._counts(features, training=True)

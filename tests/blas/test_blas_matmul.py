@@ -1,5 +1,6 @@
-"""The BLAS matmul op multiplies as tf.matmul does; it is used only where allowed, for float32
-on a CPU, and t2t_lite falls back to tf.matmul when it cannot be built."""
+"""The BLAS matmul op multiplies as tf.matmul does, split between any number of threads; it is
+used only where allowed, for float32 on a CPU, and t2t_lite falls back to tf.matmul when it
+cannot be built."""
 import os
 import subprocess
 import sys
@@ -12,33 +13,70 @@ import tensorflow as tf
 from t2t_lite.blas import library
 from t2t_lite.blas import matmul as blas
 
+SHAPES = [  # m, k, n
+    (1, 1, 1), (5, 3, 7),
+    (500, 200, 300),  # large enough to be split between the threads: by rows (m >= n)
+    (333, 700, 40),  # by rows, not a multiple of the 16-row blocks
+    (300, 200, 500), (40, 700, 333),  # by columns
+    (0, 4, 3), (3, 0, 4), (3, 4, 0),  # empty products; k = 0 gives zeros
+]
+TRANSPOSES = [(False, False), (False, True), (True, False), (True, True)]
+
 
 def operands(m, k, n, transpose_a, transpose_b, seed=0):
     rng = np.random.default_rng(seed)
     a = rng.normal(size=[k, m] if transpose_a else [m, k]).astype(np.float32)
     b = rng.normal(size=[n, k] if transpose_b else [k, n]).astype(np.float32)
-    return tf.constant(a), tf.constant(b)
+    return a, b
 
 
-@pytest.mark.parametrize("transpose_a", [False, True])
-@pytest.mark.parametrize("transpose_b", [False, True])
-@pytest.mark.parametrize("m, k, n", [
-    (1, 1, 1), (5, 3, 7),
-    (300, 200, 500),  # large enough to be split between the threads, by rows
-    (40, 700, 333),  # split by columns (more columns than rows), not a multiple of the block
-    (0, 4, 3), (3, 0, 4), (3, 4, 0),  # empty products; k = 0 gives zeros
-])
-def test_products_equal_tf_matmul(m, k, n, transpose_a, transpose_b):
-    a, b = operands(m, k, n, transpose_a, transpose_b)
-    want = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b).numpy()
-    got = library.load().t2t_lite_blas_mat_mul(a, b, transpose_a=transpose_a,
-                                               transpose_b=transpose_b).numpy()
-    assert got.shape == (m, n)
+def assert_product(got, a, b, transpose_a, transpose_b):
+    want = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
+    assert got.shape == want.shape
+    k = a.shape[0 if transpose_a else 1]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(k, 1) ** 0.5)
 
 
-def test_bad_shapes_are_refused():
-    op = library.load().t2t_lite_blas_mat_mul
+@pytest.mark.parametrize("transpose_a, transpose_b", TRANSPOSES)
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_products_equal_tf_matmul(blas_op, m, k, n, transpose_a, transpose_b):
+    a, b = operands(m, k, n, transpose_a, transpose_b)
+    got = blas_op.t2t_lite_blas_mat_mul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    assert_product(got.numpy(), a, b, transpose_a, transpose_b)
+    want = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b).numpy()
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+def run_python(code, **environment):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env={**os.environ, **environment}, timeout=300)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_the_same_products_on_any_number_of_threads(blas_op, threads):
+    """1 thread: one sgemm call; 3 and 4: the product split into that many blocks of rows or
+    columns, whatever the machine's cores."""
+    result = run_python(f"""
+        import numpy as np, tensorflow as tf
+        tf.config.threading.set_intra_op_parallelism_threads({threads})
+        from t2t_lite.blas import library
+        op = library.load().t2t_lite_blas_mat_mul
+        rng = np.random.default_rng(1)
+        for m, k, n in {SHAPES[2:6]}:
+            for ta, tb in {TRANSPOSES}:
+                a = rng.normal(size=[k, m] if ta else [m, k]).astype(np.float32)
+                b = rng.normal(size=[n, k] if tb else [k, n]).astype(np.float32)
+                got = op(a, b, transpose_a=ta, transpose_b=tb).numpy()
+                want = (a.T if ta else a) @ (b.T if tb else b)
+                print("ok" if np.allclose(got, want, rtol=1e-5, atol=1e-3) else
+                      f"wrong: {{m}}x{{k}}x{{n}} {{ta}} {{tb}}")
+        """)
+    lines = result.stdout.split()
+    assert lines == ["ok"] * 16, result.stdout + result.stderr
+
+
+def test_bad_shapes_are_refused(blas_op):
+    op = blas_op.t2t_lite_blas_mat_mul
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="inner|[Dd]imension"):
         op(tf.zeros([2, 3]), tf.zeros([4, 5]))
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="rank|matri"):
@@ -51,8 +89,8 @@ def traced_op_types(a, b):
     return {op.type for op in product.get_concrete_function(a, b).graph.get_operations()}
 
 
-def test_used_only_where_allowed_and_for_float32():
-    a, b = operands(64, 32, 16, True, False)
+def test_used_only_where_allowed_and_for_float32(blas_op):
+    a, b = (tf.constant(x) for x in operands(64, 32, 16, True, False))
     assert "T2tLiteBlasMatMul" not in traced_op_types(a, b)  # not allowed: tf.matmul
     with blas.allowed():
         assert blas.in_use(a, b)
@@ -61,11 +99,6 @@ def test_used_only_where_allowed_and_for_float32():
         with blas.allowed(False):  # XLA steps turn it off inside an allowed block
             assert not blas.in_use(a, b)
     assert not blas.in_use(a, b)
-
-
-def run_python(code, **environment):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env={**os.environ, **environment}, timeout=300)
 
 
 def test_turned_off_by_the_environment_variable():
@@ -94,7 +127,27 @@ def test_a_failed_build_falls_back_to_tf_matmul_and_says_why(tmp_path):
     assert not list((tmp_path / "cache").rglob("*.so"))
 
 
-def test_built_once_then_taken_from_the_cache(tmp_path, monkeypatch):
+def test_a_compile_error_is_named_and_its_output_kept(tmp_path):
+    compiler = tmp_path / "broken-compiler"
+    compiler.write_text("#!/bin/sh\n"
+                        "[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
+                        "echo 'blas_matmul.cc:1: error: something is wrong' >&2\n"
+                        "echo 'collect2: error: ld returned 1 exit status' >&2\n"
+                        "exit 1\n")
+    compiler.chmod(0o755)
+    result = run_python("""
+        from t2t_lite.blas import library
+        print("loaded:", library.load() is not None)
+        """, CXX=str(compiler), T2T_LITE_CACHE=str(tmp_path / "cache"))
+    assert "loaded: False" in result.stdout, result.stderr
+    assert "failed: blas_matmul.cc:1: error: something is wrong; its output: " in result.stderr
+    logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
+    assert len(logs) == 1 and "collect2" in logs[0].read_text()
+    assert not list((tmp_path / "cache").rglob("*.so")) + list(
+        (tmp_path / "cache").rglob("*.incomplete"))
+
+
+def test_built_once_then_taken_from_the_cache(blas_op, tmp_path, monkeypatch):
     monkeypatch.setenv(library.CACHE_VARIABLE, str(tmp_path))
     path = library.built_library()
     built = os.stat(path).st_mtime_ns

@@ -52,7 +52,8 @@ COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
 
 
 def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False,
-               step_kernels=False):
+               step_kernels=False, traced=None):
+    """(ids, scores) of the search; `traced`, a list, receives the traced function's graph."""
     def run():
         if step_kernels:  # as search.search runs them
             with model.step_kernels():
@@ -65,8 +66,19 @@ def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit
                                         fixed_shapes=fixed_shapes)
         return search.beam_search(model, inputs, beam_size, extra_length=6,
                                   use_cache=use_cache, fixed_shapes=fixed_shapes)
-    ids, scores = tf.function(run, jit_compile=jit_compile)()
+    function = tf.function(run, jit_compile=jit_compile)
+    ids, scores = function()
+    if traced is not None:
+        traced.append(function.get_concrete_function().graph)
     return ids.numpy(), scores.numpy()
+
+
+def matmuls_by_transposed_kernel(graph) -> int:
+    """MatMul ops with transpose_b in the graph and the functions it calls (the loop's body)."""
+    definition = graph.as_graph_def()
+    nodes = list(definition.node) + [node for function in definition.library.function
+                                     for node in function.node_def]
+    return sum(node.op == "MatMul" and node.attr["transpose_b"].b for node in nodes)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -96,9 +108,15 @@ def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_siz
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_kernels_laid_out_for_steps_give_the_same_output(model, inputs, beam_size,
                                                          compilation):
-    want_ids, want_scores = run_search(model, inputs, beam_size, **COMPILATIONS[compilation])
-    got_ids, got_scores = run_search(model, inputs, beam_size, step_kernels=True,
+    graphs = []
+    want_ids, want_scores = run_search(model, inputs, beam_size, traced=graphs,
+                                       **COMPILATIONS[compilation])
+    got_ids, got_scores = run_search(model, inputs, beam_size, step_kernels=True, traced=graphs,
                                      **COMPILATIONS[compilation])
+    # The 2 decoder layers' 7 square or widening projections, in each traced step (the first
+    # one and the loop's; the vocabulary projection is by the embedding transposed in both).
+    added = matmuls_by_transposed_kernel(graphs[1]) - matmuls_by_transposed_kernel(graphs[0])
+    assert added > 0 and added % (2 * 7) == 0
     np.testing.assert_array_equal(got_ids, want_ids)
     np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
 

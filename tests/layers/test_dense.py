@@ -1,13 +1,12 @@
 """The projection layer is keras.layers.Dense: the same variables, config and values; where the
-BLAS kernels are allowed, the same gradients, with the kernel's gradient through the BLAS op;
-with transposed kernels for decoding steps, the same rows."""
+BLAS kernels are allowed, the same gradients, with the kernel's gradient through the BLAS op."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from t2t_lite.blas import matmul as blas
-from t2t_lite.layers.dense import Dense, transposed_kernels
+from t2t_lite.layers.dense import Dense
 
 INPUT_SHAPE = (3, 5, 8)
 
@@ -37,7 +36,7 @@ def values_and_gradients(layer, x, allow_blas):
 
 
 @pytest.mark.parametrize("arguments", [dict(activation="relu"), dict(use_bias=False)])
-def test_same_values_and_gradients_as_keras_dense(arguments):
+def test_same_values_and_gradients_as_keras_dense(blas_op, arguments):
     ours, theirs = twin_layers(**arguments)
     x = tf.constant(np.random.default_rng(1).normal(size=INPUT_SHAPE).astype(np.float32))
     _, (want, want_gradients) = values_and_gradients(theirs, x, allow_blas=False)
@@ -64,32 +63,3 @@ def test_without_blas_it_is_keras_dense_and_keeps_its_variables_and_config():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(ours))
     assert isinstance(restored, Dense)
 
-
-def matmul_transposes(function, *args):
-    """[(transpose_a, transpose_b)] of the MatMul ops (and oneDNN's fused ones) traced."""
-    graph = function.get_concrete_function(*args).graph
-    return [(op.get_attr("transpose_a"), op.get_attr("transpose_b"))
-            for op in graph.get_operations() if op.type == "MatMul"]
-
-
-@pytest.mark.parametrize("units, activation", [(6, "relu"), (8, None), (4, None)])
-def test_transposed_kernels_give_the_same_rows_for_square_and_widening_kernels(units,
-                                                                            activation):
-    layer = Dense(units, activation=activation)
-    layer.build((None, 8))
-    rows = tf.constant(np.random.default_rng(3).normal(size=(5, 8)).astype(np.float32))
-    sequence = tf.reshape(rows, [1, 5, 8])
-
-    @tf.function
-    def steps(rows, sequence):
-        with transposed_kernels(layer.trainable_variables):
-            return layer(rows), layer(sequence)
-
-    got_rows, got_sequence = steps(rows, sequence)
-    np.testing.assert_allclose(got_rows.numpy(), layer(rows).numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(got_sequence.numpy(), layer(sequence).numpy(), rtol=1e-6,
-                               atol=1e-6)
-    transposes = matmul_transposes(steps, rows, sequence)
-    widening = units >= 8
-    assert ((False, True) in transposes) == widening  # the rank-2 call, square or widening
-    assert (False, False) in transposes  # the rank-3 call (and a narrowing kernel's rows)

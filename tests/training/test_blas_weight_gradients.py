@@ -15,7 +15,8 @@ HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,"
 
 
 def one_step(jit_compile=False, blas_weight_gradients=True):
-    """(the op types of the traced gradient function, every weight after one update)."""
+    """(the op types of the traced gradient function, the gradients of one batch, every weight
+    after one update on it)."""
     hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
     keras.utils.set_random_seed(3)
     model = build_model("transformer", hparams, VOCAB)
@@ -26,16 +27,21 @@ def one_step(jit_compile=False, blas_weight_gradients=True):
     targets[1, 4:] = 0
     batch = {"inputs": tf.constant(rng.integers(2, VOCAB, size=(4, 6)).astype(np.int32)),
              "targets": tf.constant(targets)}
+    tokens = tf.reduce_sum(tf.cast(batch["targets"] > 0, tf.float32))
+    _, gradients = steps.replica_gradients(batch, tokens)
     steps.train_step(batch)
-    graph = steps.replica_gradients.get_concrete_function(batch, tf.constant(1.0)).graph
+    graph = steps.replica_gradients.get_concrete_function(batch, tokens).graph
     types = {op.type for op in graph.get_operations()}
-    return types, {path: v.numpy() for path, v in checkpoints.model_variables(model).items()}
+    return (types, [tf.convert_to_tensor(gradient).numpy() for gradient in gradients],
+            {path: v.numpy() for path, v in checkpoints.model_variables(model).items()})
 
 
-def test_same_update_with_and_without_the_blas_op():
-    blas_types, with_blas = one_step()
-    tf_types, without = one_step(blas_weight_gradients=False)
+def test_same_gradients_and_update_with_and_without_the_blas_op(blas_op):
+    blas_types, blas_gradients, with_blas = one_step()
+    tf_types, tf_gradients, without = one_step(blas_weight_gradients=False)
     assert "T2tLiteBlasMatMul" in blas_types and "T2tLiteBlasMatMul" not in tf_types
+    for got, want in zip(blas_gradients, tf_gradients):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     assert with_blas.keys() == without.keys()
     for path in with_blas:
         np.testing.assert_allclose(with_blas[path], without[path], rtol=1e-5, atol=1e-6,
@@ -43,5 +49,5 @@ def test_same_update_with_and_without_the_blas_op():
 
 
 def test_xla_steps_do_without_the_op():
-    types, _ = one_step(jit_compile=True)
+    types, _, _ = one_step(jit_compile=True)
     assert "T2tLiteBlasMatMul" not in types

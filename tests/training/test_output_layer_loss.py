@@ -35,7 +35,8 @@ def fused(chunk_rows, with_gradients=True):
 
 
 def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=False,
-                         allow_blas=False):
+                         allow_blas=False, traced=None):
+    """(loss sum, tokens, correct), gradients; `traced`, a set, receives the traced op types."""
     @tf.function(jit_compile=jit_compile)
     def run(hidden):
         with blas.allowed(allow_blas):
@@ -44,17 +45,26 @@ def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=Fa
                 loss_sum, tokens, correct = loss_function(hidden, weights, targets)
                 scaled = 3.0 * loss_sum  # a loss scale or 1 / tokens upstream of the loss sum
             return (loss_sum, tokens, correct), tape.gradient(scaled, [hidden, weights])
+    if traced is not None:
+        traced.update(op.type for op in run.get_concrete_function(hidden).graph.get_operations())
+        traced.update(node.op for function in run.get_concrete_function(
+            hidden).graph.as_graph_def().library.function for node in function.node_def)
     return run(hidden)
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 7, 16, 45, 1024])
 @pytest.mark.parametrize("jit_compile, allow_blas", [(False, False), (True, False),
                                                      (False, True)])
-def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile, allow_blas):
+def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile, allow_blas,
+                                                        request):
+    if allow_blas:
+        request.getfixturevalue("blas_op")  # skipped where the op cannot be built
     hidden, weights, targets = batch()
     (want, want_gradients) = values_and_gradients(unfused, hidden, weights, targets)
+    traced = set()
     (got, got_gradients) = values_and_gradients(fused(chunk_rows), hidden, weights, targets,
-                                                jit_compile, allow_blas)
+                                                jit_compile, allow_blas, traced)
+    assert ("T2tLiteBlasMatMul" in traced) == allow_blas  # the gradient products, in the loop
     assert float(got[1]) == float(want[1]) > 0  # real target tokens
     assert float(got[2]) == float(want[2])  # correct argmax predictions
     np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-5)
