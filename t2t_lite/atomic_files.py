@@ -32,10 +32,10 @@ def temporary_path(path: str, owner: str = None) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str):
-    """Yields the temporary path to write `path` under; renames it to `path` when the block
-    ends without error, and removes it when the block raises."""
-    temporary = temporary_path(path)
+def atomic_path(path: str, owner: str = None):
+    """Yields the temporary path to write `path` under (`temporary_path(path, owner)`); renames
+    it to `path` when the block ends without error, and removes it when the block raises."""
+    temporary = temporary_path(path, owner)
     try:
         yield temporary
     except BaseException:  # KeyboardInterrupt too: no leftover when Python can clean up

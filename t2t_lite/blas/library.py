@@ -4,8 +4,8 @@ A TensorFlow op library must be built against the installed TensorFlow's headers
 (`tf.sysconfig`), so it is compiled on first use, as TensorFlow's guide to custom ops builds
 one with g++, and kept in a cache folder under a name that hashes everything the build depends
 on (the source, TensorFlow's version and flags, the compiler, OpenBLAS). The library is written
-under a temporary name and renamed when complete, so that processes building it at the same
-time (test workers, several trainers) each load a whole one.
+under a temporary name of its process and renamed when complete (`atomic_files`), so that
+processes building it at the same time (test workers, several trainers) each load a whole one.
 
 OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy use), whose
 symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process.
@@ -20,10 +20,11 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 
 import tensorflow as tf
 from absl import logging
+
+from t2t_lite import atomic_files
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
 CACHE_VARIABLE = "T2T_LITE_CACHE"  # the folder of built libraries (default ~/.cache/t2t_lite)
@@ -61,10 +62,8 @@ def built_library() -> str:
         return path
     os.makedirs(folder, exist_ok=True)
     logging.info("compiling the BLAS matmul kernels into %s (once per machine)", path)
-    handle, temporary = tempfile.mkstemp(prefix=".blas_matmul-", suffix=".incomplete",
-                                         dir=folder)
-    os.close(handle)
-    try:
+    # Named for this process: test workers or trainers may compile at the same time.
+    with atomic_files.atomic_path(path, owner=str(os.getpid())) as temporary:
         try:
             result = subprocess.run(command + ["-o", temporary], capture_output=True,
                                     text=True, check=False, timeout=COMPILE_TIMEOUT_S)
@@ -76,10 +75,6 @@ def built_library() -> str:
                 handle.write(" ".join(command) + "\n\n" + result.stderr)
             raise BuildError(f"{command[0]} failed: {_first_error(result.stderr)}; its output: "
                              f"{log}")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
     return path
 
 
