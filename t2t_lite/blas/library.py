@@ -11,8 +11,11 @@ OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy us
 symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process.
 
 Without a C++ compiler, or if the build or the load fails, `load()` returns None, logs why once
-(the compiler's whole output is kept in a .log file beside the library), and t2t_lite uses
-TensorFlow's kernels.
+per process, and t2t_lite uses TensorFlow's kernels. A build that fails, or a library that is
+built but does not load, leaves a .log file beside where the library would be (the compiler's
+output, or the loader's error): the same inputs would fail the same way, so later processes
+read it instead of compiling again, until it is deleted. A library taken from the cache that
+does not load (damaged on disk) is built again, once.
 """
 import functools
 import hashlib
@@ -39,28 +42,51 @@ class BuildError(Exception):
 def load():
     """The loaded op library (its Python module, with `t2t_lite_blas_mat_mul`), or None."""
     try:
-        path = built_library()
+        path = library_path()
+        if os.path.exists(path):
+            try:
+                return tf.load_op_library(path)
+            except (OSError, tf.errors.OpError) as error:
+                logging.warning("the cached BLAS library %s does not load (%s); building it "
+                                "again", path, error)
+                os.remove(path)
+        built_library()
         try:
             return tf.load_op_library(path)
-        except (OSError, tf.errors.OpError):
-            os.remove(path)  # a damaged library in the cache: built again, once
-            return tf.load_op_library(built_library())
+        except (OSError, tf.errors.OpError) as error:
+            os.remove(path)
+            raise BuildError(f"built, but it does not load: {error}; "
+                             f"{_remember_failure(path, str(error))}") from error
     except (BuildError, OSError, tf.errors.OpError) as error:
         logging.warning("BLAS matmul kernels unavailable (%s); training uses TensorFlow's "
                         "kernels", error)
         return None
 
 
-def built_library() -> str:
-    """The path of the compiled library, compiling it first if the cache lacks it."""
+def library_path() -> str:
+    """Where the library built from today's inputs is (or will be) in the cache: its name
+    hashes the source and the compile command (with the source named without its folder, so
+    that installs in several places of one environment share it), the compiler's version,
+    TensorFlow's and OpenBLAS's."""
     command, inputs = compile_command()
     with open(SOURCE, "rb") as source:
-        key = hashlib.sha256(inputs.encode() + source.read()).hexdigest()[:16]
-    folder = os.path.join(cache_folder(), "kernels")
-    path = os.path.join(folder, f"blas_matmul-{key}.so")
+        key = hashlib.sha256(inputs.replace(SOURCE, os.path.basename(SOURCE)).encode()
+                             + source.read()).hexdigest()[:16]
+    return os.path.join(cache_folder(), "kernels", f"blas_matmul-{key}.so")
+
+
+def built_library() -> str:
+    """The path of the compiled library, compiling it first if the cache lacks it. Raises
+    BuildError at once if the same inputs failed before (their .log file is there)."""
+    path = library_path()
     if os.path.exists(path):
         return path
-    os.makedirs(folder, exist_ok=True)
+    log = _log_path(path)
+    if os.path.exists(log):
+        raise BuildError(f"an earlier build from the same inputs failed (its output: {log}; "
+                         "delete that file to try again)")
+    command, _ = compile_command()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     logging.info("compiling the BLAS matmul kernels into %s (once per machine)", path)
     # Named for this process: test workers or trainers may compile at the same time.
     with atomic_files.atomic_path(path, owner=str(os.getpid())) as temporary:
@@ -70,12 +96,23 @@ def built_library() -> str:
         except subprocess.TimeoutExpired as error:
             raise BuildError(f"{command[0]} ran longer than {COMPILE_TIMEOUT_S} s") from error
         if result.returncode:
-            log = path[:-len(".so")] + ".log"
-            with open(log, "w", encoding="utf-8") as handle:
-                handle.write(" ".join(command) + "\n\n" + result.stderr)
-            raise BuildError(f"{command[0]} failed: {_first_error(result.stderr)}; its output: "
-                             f"{log}")
+            raise BuildError(f"{command[0]} failed: {_first_error(result.stderr)}; "
+                             + _remember_failure(path, " ".join(command) + "\n\n"
+                                                 + result.stderr))
     return path
+
+
+def _log_path(library: str) -> str:
+    return library[:-len(".so")] + ".log"
+
+
+def _remember_failure(library: str, text: str) -> str:
+    """Writes `text` to the library's .log file, which stops later builds from the same
+    inputs; returns the words that point to it."""
+    log = _log_path(library)
+    with atomic_files.atomic_write(log) as handle:
+        handle.write(text)
+    return f"its output: {log}"
 
 
 def cache_folder() -> str:

@@ -127,30 +127,91 @@ def test_a_failed_build_falls_back_to_tf_matmul_and_says_why(tmp_path):
     assert not list((tmp_path / "cache").rglob("*.so"))
 
 
-def test_a_compile_error_is_named_and_its_output_kept(tmp_path):
-    compiler = tmp_path / "broken-compiler"
+def fake_compiler(tmp_path, body):
+    """A CXX that answers --version, counts its compilations in calls.txt and runs `body`
+    (sh, with the library's path in $out)."""
+    compiler = tmp_path / "fake-compiler"
     compiler.write_text("#!/bin/sh\n"
-                        "[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
-                        "echo 'blas_matmul.cc:1: error: something is wrong' >&2\n"
-                        "echo 'collect2: error: ld returned 1 exit status' >&2\n"
-                        "exit 1\n")
+                        "[ \"$1\" = --version ] && { echo fake 1.0; exit 0; }\n"
+                        f"echo compiled >> {tmp_path / 'calls.txt'}\n"
+                        "for argument; do out=$argument; done\n"  # the last: -o's path
+                        + body)
     compiler.chmod(0o755)
-    result = run_python("""
-        from t2t_lite.blas import library
-        print("loaded:", library.load() is not None)
-        """, CXX=str(compiler), T2T_LITE_CACHE=str(tmp_path / "cache"))
+    return str(compiler)
+
+
+def compilations(tmp_path):
+    calls = tmp_path / "calls.txt"
+    return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+LOAD = """
+    from t2t_lite.blas import library
+    print("loaded:", library.load() is not None)
+    """
+
+
+def test_a_compile_error_is_named_kept_and_not_repeated(tmp_path):
+    compiler = fake_compiler(tmp_path,
+                             "echo 'blas_matmul.cc:1: error: something is wrong' >&2\n"
+                             "echo 'collect2: error: ld returned 1 exit status' >&2\n"
+                             "exit 1\n")
+    environment = {"CXX": compiler, "T2T_LITE_CACHE": str(tmp_path / "cache")}
+    result = run_python(LOAD, **environment)
     assert "loaded: False" in result.stdout, result.stderr
     assert "failed: blas_matmul.cc:1: error: something is wrong; its output: " in result.stderr
     logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
     assert len(logs) == 1 and "collect2" in logs[0].read_text()
     assert not list((tmp_path / "cache").rglob("*.so")) + list(
         (tmp_path / "cache").rglob("*.incomplete"))
+    # The next process reads the log instead of compiling again.
+    result = run_python(LOAD, **environment)
+    assert "loaded: False" in result.stdout, result.stderr
+    assert "an earlier build from the same inputs failed (its output: " + str(logs[0]) in (
+        result.stderr)
+    assert compilations(tmp_path) == 1
+    logs[0].unlink()  # as the message says: the next process tries again
+    run_python(LOAD, **environment)
+    assert compilations(tmp_path) == 2
 
 
-def test_built_once_then_taken_from_the_cache(blas_op, tmp_path, monkeypatch):
+def test_a_library_that_does_not_load_is_built_once_and_remembered(tmp_path):
+    compiler = fake_compiler(tmp_path, "echo 'not a shared library' > \"$out\"\n")
+    environment = {"CXX": compiler, "T2T_LITE_CACHE": str(tmp_path / "cache")}
+    result = run_python(LOAD, **environment)
+    assert "loaded: False" in result.stdout, result.stderr
+    assert "built, but it does not load" in result.stderr
+    assert compilations(tmp_path) == 1  # not built a second time in the same process
+    logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
+    assert len(logs) == 1 and not list((tmp_path / "cache").rglob("*.so"))
+    result = run_python(LOAD, **environment)
+    assert "an earlier build from the same inputs failed" in result.stderr
+    assert compilations(tmp_path) == 1
+
+
+def test_built_once_then_taken_from_the_cache_and_rebuilt_if_damaged(blas_op, tmp_path,
+                                                                     monkeypatch):
     monkeypatch.setenv(library.CACHE_VARIABLE, str(tmp_path))
     path = library.built_library()
     built = os.stat(path).st_mtime_ns
     assert library.built_library() == path
     assert os.stat(path).st_mtime_ns == built
     assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]  # no leftovers
+    # A library damaged on disk is built again by the next process that loads it.
+    with open(path, "w") as damaged:
+        damaged.write("half a library")
+    result = run_python(LOAD, T2T_LITE_CACHE=str(tmp_path))
+    assert "loaded: True" in result.stdout, result.stderr
+    assert "does not load" in result.stderr and "building it again" in result.stderr
+    assert os.path.getsize(path) > 1000
+
+
+def test_installs_in_other_folders_share_the_cached_library(blas_op, tmp_path, monkeypatch):
+    copy = tmp_path / "elsewhere" / "blas_matmul.cc"
+    copy.parent.mkdir()
+    copy.write_bytes(open(library.SOURCE, "rb").read())
+    here = library.library_path()
+    monkeypatch.setattr(library, "SOURCE", str(copy))
+    assert library.library_path() == here
+    copy.write_bytes(copy.read_bytes() + b"\n// changed\n")
+    assert library.library_path() != here
