@@ -51,7 +51,12 @@ def loss_sum_and_tokens(logits, targets, label_smoothing: float):
 
 
 def correct_tokens(logits, targets):
-    """Number of real target tokens whose argmax prediction is right (t2t's padded_accuracy)."""
-    predictions = tf.argmax(logits, axis=-1, output_type=targets.dtype)
-    hits = tf.cast(tf.equal(predictions, targets), tf.float32)
+    """Number of real target tokens predicted right: whose logit is the largest of its
+    position's (t2t's padded_accuracy, an argmax, but for ties: a target tied for the largest
+    counts as right, where argmax picks the first of the tied tokens). Comparing with the
+    maximum lets the fused output layer (output_layer_loss.py) count without a pass of its
+    own over the logits."""
+    target_logits = tf.gather(logits, tf.cast(targets, tf.int32)[..., None],
+                              batch_dims=len(targets.shape))[..., 0]
+    hits = tf.cast(target_logits >= tf.reduce_max(logits, axis=-1), tf.float32)
     return tf.reduce_sum(hits * target_weights(targets))

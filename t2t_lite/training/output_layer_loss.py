@@ -6,10 +6,11 @@ The unfused path (`losses.loss_sum_and_tokens` on `Transformer(...)` logits) hol
 writes them several times. Here the decoder's last activations are projected to the vocabulary
 `chunk_rows` positions at a time (the idea of Liger Kernel's fused linear cross entropy and of
 "Cut Your Losses in Large-Vocabulary Language Models", Wijmans et al., 2024): each chunk's
-logits give its loss, its argmax and, while they are at hand, the gradients of the loss sum with
-respect to the chunk's activations and to the projection matrix, so no more than one chunk of
-logits exists at a time. Only real (non-pad) target positions are projected: they are moved to
-the front and the loop stops after the last chunk that holds one.
+logits give its loss, its count of targets predicted right and, while they are at hand, the
+gradients of the loss sum with respect to the chunk's activations and to the projection
+matrix, so no more than one chunk of logits exists at a time. Only real (non-pad) target
+positions are projected: they are moved to the front and the loop stops after the last chunk
+that holds one.
 
 With confidence c = 1 - eps and low = eps / (V - 1) (t2t's label smoothing, losses.py), the
 cross entropy of logits z against the smoothed targets q is
@@ -30,7 +31,7 @@ from t2t_lite.training import losses
 def loss_sum_tokens_and_correct(hidden, softmax_weights, targets, label_smoothing: float,
                                 chunk_rows: int, with_gradients: bool = True):
     """(sum of the label-smoothed loss over real target tokens, number of real target tokens,
-    number of real target tokens whose argmax is right), as `losses.loss_sum_and_tokens` and
+    number of real target tokens predicted right), as `losses.loss_sum_and_tokens` and
     `losses.correct_tokens` compute them from `hidden @ softmax_weights^T`.
 
     Args:
@@ -67,7 +68,9 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
     weights = tf.cast(weights, tf.float32)
     chunks = (real_rows + chunk_rows - 1) // chunk_rows
     offsets = tf.range(chunk_rows)
-    weight_column_sums = tf.reduce_sum(weights, axis=0) if with_gradients else None  # [d]
+    # sum_j z_j = h . colsum(W): the logits' row sums from a [d] vector instead of a pass
+    # over [chunk_rows, vocab]; the gradient uses colsum(W) too.
+    weight_column_sums = tf.reduce_sum(weights, axis=0)  # [d]
 
     def body(chunk, loss_sum, correct, row_gradients, weight_gradients):
         start = chunk * chunk_rows
@@ -83,11 +86,13 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         exp_sum = tf.reduce_sum(exp_shifted, axis=-1)
         log_normalizer = tf.math.log(exp_sum) + row_max
         target_logit = tf.gather(logits, y[:, None], batch_dims=1)[:, 0]
+        logit_sums = tf.linalg.matvec(h, weight_column_sums)
         cross_entropy = (log_normalizer - confidence * target_logit
-                         - low * (tf.reduce_sum(logits, axis=-1) - target_logit))
+                         - low * (logit_sums - target_logit))
         loss_sum += tf.reduce_sum((cross_entropy - floor) * real)
-        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        correct += tf.reduce_sum(tf.cast(tf.equal(predictions, y), tf.float32) * real)
+        # Right when the target's logit is the row's largest (losses.correct_tokens): the
+        # row maximum is at hand, so no argmax pass over the logits.
+        correct += tf.reduce_sum(tf.cast(target_logit >= row_max, tf.float32) * real)
         if with_gradients:
             # d CE / d logits = G = softmax - q on real rows, i.e. with e = exp(logits - max)
             # and per row s = real / sum(e):  G = s * e - low * real - (confidence - low) *

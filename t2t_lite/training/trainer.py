@@ -22,6 +22,7 @@ from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
 from t2t_lite.run_description import save_run_description
 from t2t_lite.training import distribution
+from t2t_lite.training.adam import Adam
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.step import COUNTS, TrainingSteps
 from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
@@ -61,12 +62,12 @@ def length_bucketing_for(hparams, jit_compile: bool) -> str:
 
 
 def make_optimizer(hparams):
-    """Adam (paper §5.3) with t2t's betas and epsilon and the hparams' schedule; with
-    optimizer_multistep_accumulate_steps = K > 1, Keras' gradient accumulation averages the
-    gradients of K batches into one update (`optimizer.iterations` counts updates); dynamic
-    loss scaling around it for float16."""
+    """Adam (paper §5.3; training.adam: Keras's, one op per update) with t2t's betas and
+    epsilon and the hparams' schedule; with optimizer_multistep_accumulate_steps = K > 1,
+    Keras' gradient accumulation averages the gradients of K batches into one update
+    (`optimizer.iterations` counts updates); dynamic loss scaling around it for float16."""
     accumulate = hparams.optimizer_multistep_accumulate_steps
-    optimizer = keras.optimizers.Adam(
+    optimizer = Adam(
         learning_rate=LearningRateSchedule(hparams),
         beta_1=hparams.optimizer_adam_beta1,
         beta_2=hparams.optimizer_adam_beta2,

@@ -48,3 +48,11 @@ def test_correct_tokens_counts_only_real_targets():
     logits = tf.one_hot([[3, 1, 4], [2, 2, 2]], 5)
     targets = tf.constant([[3, 2, 0], [2, 0, 0]])
     assert float(losses.correct_tokens(logits, targets)) == 2.0
+
+
+def test_a_target_tied_for_the_largest_logit_counts_as_right():
+    # Position 0: tokens 1 and 3 tie for the largest (argmax would say 1); position 1: the
+    # target 2 is below the largest.
+    logits = tf.constant([[[0.0, 5.0, 1.0, 5.0], [0.0, 5.0, 4.0, 1.0]]])
+    targets = tf.constant([[3, 2]])
+    assert float(losses.correct_tokens(logits, targets)) == 1.0

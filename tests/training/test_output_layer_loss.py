@@ -66,7 +66,7 @@ def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile
                                                 jit_compile, allow_blas, traced)
     assert ("T2tLiteBlasMatMul" in traced) == allow_blas  # the gradient products, in the loop
     assert float(got[1]) == float(want[1]) > 0  # real target tokens
-    assert float(got[2]) == float(want[2])  # correct argmax predictions
+    assert float(got[2]) == float(want[2])  # targets predicted right
     np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-5)
     for got_gradient, want_gradient in zip(got_gradients, want_gradients):
         np.testing.assert_allclose(tf.convert_to_tensor(got_gradient).numpy(),
@@ -107,3 +107,20 @@ def test_mixed_precision_activations_project_in_float32():
     np.testing.assert_allclose(tf.cast(got_gradients[0], tf.float32).numpy(),
                                tf.cast(want_gradients[0], tf.float32).numpy(), rtol=1e-2,
                                atol=1e-3)
+
+
+@pytest.mark.parametrize("with_gradients", [True, False])
+def test_a_target_tied_for_the_largest_logit_counts_as_right(with_gradients):
+    hidden, weights, targets = batch(seed=4)
+    hidden = tf.abs(hidden)
+    tied = weights.numpy()
+    tied[3] = tied[5] = 100.0 * DEPTH**-0.5  # tokens 3 and 5: the largest logits, equal
+    weights = tf.Variable(tied)
+    real = targets.numpy() != 0
+    # Real positions alternate between the tied token 5 (argmax would say 3) and token 7.
+    alternating = np.where(np.arange(targets.shape[1]) % 2 == 0, 5, 7)[None, :]
+    targets = tf.constant(np.where(real, alternating, 0), tf.int32)
+    want = int(np.sum(targets.numpy() == 5))
+    assert want > 0
+    assert float(unfused(hidden, weights, targets)[2]) == want
+    assert float(fused(4, with_gradients)(hidden, weights, targets)[2]) == want
