@@ -42,7 +42,7 @@ class BuildError(Exception):
 def load():
     """The loaded op library (its Python module, with `t2t_lite_blas_mat_mul`), or None."""
     try:
-        path = library_path()
+        command, path = _command_and_path()
         if os.path.exists(path):
             try:
                 return tf.load_op_library(path)
@@ -50,7 +50,7 @@ def load():
                 logging.warning("the cached BLAS library %s does not load (%s); building it "
                                 "again", path, error)
                 os.remove(path)
-        built_library()
+        _build(command, path)
         try:
             return tf.load_op_library(path)
         except (OSError, tf.errors.OpError) as error:
@@ -68,24 +68,32 @@ def library_path() -> str:
     hashes the source and the compile command (with the source named without its folder, so
     that installs in several places of one environment share it), the compiler's version,
     TensorFlow's and OpenBLAS's."""
-    command, inputs = compile_command()
-    with open(SOURCE, "rb") as source:
-        key = hashlib.sha256(inputs.replace(SOURCE, os.path.basename(SOURCE)).encode()
-                             + source.read()).hexdigest()[:16]
-    return os.path.join(cache_folder(), "kernels", f"blas_matmul-{key}.so")
+    return _command_and_path()[1]
 
 
 def built_library() -> str:
     """The path of the compiled library, compiling it first if the cache lacks it. Raises
     BuildError at once if the same inputs failed before (their .log file is there)."""
-    path = library_path()
-    if os.path.exists(path):
-        return path
+    command, path = _command_and_path()
+    return path if os.path.exists(path) else _build(command, path)
+
+
+def _command_and_path():
+    """(compile_command's command, library_path), from one run of compile_command."""
+    command, inputs = compile_command()
+    with open(SOURCE, "rb") as source:
+        key = hashlib.sha256(inputs.replace(SOURCE, os.path.basename(SOURCE)).encode()
+                             + source.read()).hexdigest()[:16]
+    return command, os.path.join(cache_folder(), "kernels", f"blas_matmul-{key}.so")
+
+
+def _build(command, path) -> str:
+    """Compiles the library to `path` (BuildError at once if its .log file says the same
+    inputs failed before); returns `path`."""
     log = _log_path(path)
     if os.path.exists(log):
         raise BuildError(f"an earlier build from the same inputs failed (its output: {log}; "
                          "delete that file to try again)")
-    command, _ = compile_command()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     logging.info("compiling the BLAS matmul kernels into %s (once per machine)", path)
     # Named for this process: test workers or trainers may compile at the same time.

@@ -2,6 +2,7 @@
 used only where allowed, for float32 on a CPU, and t2t_lite falls back to tf.matmul when it
 cannot be built."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -209,7 +210,7 @@ def test_built_once_then_taken_from_the_cache_and_rebuilt_if_damaged(blas_op, tm
 def test_installs_in_other_folders_share_the_cached_library(blas_op, tmp_path, monkeypatch):
     copy = tmp_path / "elsewhere" / "blas_matmul.cc"
     copy.parent.mkdir()
-    copy.write_bytes(open(library.SOURCE, "rb").read())
+    shutil.copyfile(library.SOURCE, copy)
     here = library.library_path()
     monkeypatch.setattr(library, "SOURCE", str(copy))
     assert library.library_path() == here
