@@ -23,7 +23,7 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
 --alpha, batches of --batch_size, --parallel_batches batches translated at once (each with
 --intra_op_parallelism_threads threads for an operation; 0: as t2t_lite-decoder chooses), and
-the same --inter_op_parallelism_threads for five contestants (--contestants chooses):
+the same --inter_op_parallelism_threads for seven contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
     search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
     from --parallel_batches, its thread pools sized as t2t_lite-decoder sizes them
@@ -41,6 +41,12 @@ the same --inter_op_parallelism_threads for five contestants (--contestants choo
     W/saved_model_xla. XLA compiles the search once per batch shape (the number of sentences
     and of source tokens, which a server gets from its clients), so its warm-up translates
     every batch and every latency sentence once.
+  - t2t_lite decoder (CT2's stop), t2t_lite SavedModel (CT2's stop): the decoder and the
+    SavedModel (W/saved_model_ct2_stop) with decode_hparams stop_after_finished=--beam_size:
+    a sentence's search also stops once K hypotheses have ended among its K best candidates,
+    the rule CTranslate2 follows with a length penalty (it has no exact one), where t2t_lite's
+    default stops only when no alive hypothesis can beat the best finished one. Like against
+    like: the ratios to CTranslate2 with the same stopping rule.
   - onmt-main infer: OpenNMT-tf's own inference on the peer's model in --peer_dir (a work dir
     of benchmarks/peers/opennmt_tf/run.py: its averaged checkpoint when there, else its latest;
     --peer_checkpoint chooses), in the peer's environment, with OpenNMT-tf's inference batching
@@ -214,10 +220,17 @@ CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
                    " (XLA)" if decoder.TranslatorHParams().jit_compile else ""),
                "t2t_lite_saved_model": "t2t_lite SavedModel",
                "t2t_lite_saved_model_xla": "t2t_lite SavedModel (XLA)",
+               "t2t_lite_decoder_ct2_stop": "t2t_lite decoder (CT2's stop)",
+               "t2t_lite_saved_model_ct2_stop": "t2t_lite SavedModel (CT2's stop)",
                "onmt_infer": "onmt-main infer",
                "ctranslate2": "CTranslate2 float32"}
-SAVED_MODELS = {"t2t_lite_saved_model": False, "t2t_lite_saved_model_xla": True}  # XLA or not
-OURS = ("t2t_lite_decoder", *SAVED_MODELS)
+# t2t_lite's SavedModels: name -> (its folder in --work_dir, XLA-compiled search, CTranslate2's
+# stop). CTranslate2's stop: stop_after_finished = the beam size, its rule (SearchHParams).
+SAVED_MODELS = {"t2t_lite_saved_model": ("saved_model", False, False),
+                "t2t_lite_saved_model_xla": ("saved_model_xla", True, False),
+                "t2t_lite_saved_model_ct2_stop": ("saved_model_ct2_stop", False, True)}
+DECODERS = {"t2t_lite_decoder": False, "t2t_lite_decoder_ct2_stop": True}  # CT2's stop or not
+OURS = (*DECODERS, *SAVED_MODELS)
 PEERS = ("onmt_infer", "ctranslate2")
 TARGETS = {"onmt_infer": 3.0, "ctranslate2": 2 / 3}  # sentences/s ratios the issue asks for
 
@@ -271,6 +284,8 @@ flags.DEFINE_integer("latency_sentences", 50, "--compare: the first this many se
 flags.DEFINE_boolean("decoder_child", False, "Internal: one round of the t2t_lite decoder; "
                      "prints its JSON.")
 flags.DEFINE_string("child_output", None, "Internal: where that round writes its translations.")
+flags.DEFINE_integer("stop_after_finished", 0, "Internal: that round's decode_hparams "
+                     "stop_after_finished.", lower_bound=0)
 common.define_thread_flags()
 flags.mark_flags_as_required(["data_dir"])
 flags.register_validator("modes", lambda modes: set(modes) <= set(MODES), f"one of {MODES}")
@@ -409,9 +424,9 @@ def test_sentences(problem):
 
 
 def make_translator(model, encoders, max_length: int, batch_size: int, parallel_batches: int):
-    return decoder.Translator(model, encoders,
-                              SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),
-                              max_length, translator_hparams=decoder.TranslatorHParams(
+    search_hparams = SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
+                                   stop_after_finished=FLAGS.stop_after_finished)
+    return decoder.Translator(model, encoders, search_hparams, max_length, translator_hparams=decoder.TranslatorHParams(
                                   batch_size=batch_size, parallel_batches=parallel_batches))
 
 
@@ -456,8 +471,8 @@ def decoder_child():
 
 # --- --compare: preparation, rounds, summary ----------------------------------------------------
 
-def saved_model_dir(jit_compile: bool) -> str:
-    return os.path.join(FLAGS.work_dir, "saved_model_xla" if jit_compile else "saved_model")
+def saved_model_dir(name: str) -> str:
+    return os.path.join(FLAGS.work_dir, SAVED_MODELS[name][0])
 
 
 def t2t_lite_checkpoint() -> str:
@@ -474,14 +489,18 @@ def t2t_lite_checkpoint() -> str:
     return latest
 
 
-def export_saved_model(checkpoint: str, jit_compile: bool) -> float:
-    """t2t_lite-exporter into W/saved_model or W/saved_model_xla (replaced); returns its wall
-    time."""
+def stop_after_finished(ct2_stop: bool) -> int:
+    return FLAGS.beam_size if ct2_stop else 0
+
+
+def export_saved_model(checkpoint: str, name: str) -> float:
+    """t2t_lite-exporter into the SavedModel's folder in W (replaced); returns its wall time."""
+    _, jit_compile, ct2_stop = SAVED_MODELS[name]
     command = [sys.executable, "-m", "t2t_lite.bin.exporter", f"--data_dir={FLAGS.data_dir}",
-               f"--output_dir={FLAGS.t2t_lite_dir}",
-               f"--export_dir={saved_model_dir(jit_compile)}",
+               f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={saved_model_dir(name)}",
                f"--checkpoint_path={checkpoint}", "--overwrite",
-               f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha}",
+               f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha},"
+               f"stop_after_finished={stop_after_finished(ct2_stop)}",
                f"--export_jit_compile={jit_compile}"]
     start = time.time()
     output = subprocess.run(command, capture_output=True, text=True)
@@ -557,8 +576,9 @@ def child_environment(name: str) -> dict:
 
 
 def contestant_command(name: str, setup: dict, output: str) -> list:
-    if name == "t2t_lite_decoder":
+    if name in DECODERS:
         return [sys.executable, os.path.abspath(__file__), "--decoder_child",
+                f"--stop_after_finished={stop_after_finished(DECODERS[name])}",
                 f"--child_output={output}", f"--data_dir={FLAGS.data_dir}",
                 f"--t2t_lite_dir={FLAGS.t2t_lite_dir}",
                 f"--t2t_lite_checkpoint={setup['t2t_lite_checkpoint']}",
@@ -567,9 +587,9 @@ def contestant_command(name: str, setup: dict, output: str) -> list:
                 f"--beam_size={FLAGS.beam_size}", f"--alpha={FLAGS.alpha}",
                 f"--latency_sentences={FLAGS.latency_sentences}", *thread_flags()]
     if name in SAVED_MODELS:
-        jit_compile = SAVED_MODELS[name]
+        jit_compile = SAVED_MODELS[name][1]
         return [sys.executable, os.path.abspath(__file__), SAVED_MODEL_CLIENT,
-                saved_model_dir(jit_compile), setup["saved_model_job"], output,
+                saved_model_dir(name), setup["saved_model_job"], output,
                 str(batch_intra_threads()), str(FLAGS.inter_op_parallelism_threads),
                 str(FLAGS.parallel_batches), str(jit_compile)]
     if name == "onmt_infer":
@@ -715,7 +735,7 @@ def print_compare_tables(result: dict):
           f"{threads['ctranslate2'][1]}); {FLAGS.rounds} "
           f"rounds in turn, each contestant-round in its own process; {m['cpu']}, {m['cores']} "
           f"cores")
-    header = (f"{'contestant':<24}{'sent/s':>8}{'min-max':>13}{'tgt tok/s':>10}{'out len':>8}"
+    header = (f"{'contestant':<33}{'sent/s':>8}{'min-max':>13}{'tgt tok/s':>10}{'out len':>8}"
               f"{'BLEU':>7}{'warm-up s':>10}{'peak MB':>8}{'latency ms':>11}  oneDNN")
     print(header + "\n" + "-" * len(header))
     left_out = []
@@ -726,7 +746,7 @@ def print_compare_tables(result: dict):
             continue
         spread = f"{s['min']:.2f}-{s['max']:.2f}"
         onednn = "/".join("on" if on else "off" for on in s["onednn"]) or "-"
-        print(f"{entry['name']:<24}{s['sentences_per_s']:>8.2f}{spread:>13}"
+        print(f"{entry['name']:<33}{s['sentences_per_s']:>8.2f}{spread:>13}"
               f"{s['target_tokens_per_s']:>10.0f}{s['mean_output_tokens']:>8.1f}{s['bleu']:>7.2f}"
               f"{s['warmup_seconds']:>10.1f}{s['peak_rss_mb']:>8.0f}"
               f"{s['latency_median_ms']:>11.0f}  {onednn}")
@@ -739,13 +759,13 @@ def print_compare_tables(result: dict):
           f"each translated alone" + "".join(f"; {name}: {version}" for name, version
                                              in result.get("peer_versions", {}).items()))
     if result["ratios"]:
-        header = (f"\n{'sentences/s ratio, same round':<46}{'median':>7}{'min':>6}{'max':>6}"
+        header = (f"\n{'sentences/s ratio, same round':<56}{'median':>7}{'min':>6}{'max':>6}"
                   f"{'target':>8}  met {'tok/s':>6}  per round")
         print(header + "\n" + "-" * (len(header) + 4))
         for r in result["ratios"]:
             met = "-" if r["met"] is None else ("yes" if r["met"] else "no")
             target = f">= {r['target']:.2f}"
-            print(f"{r['numerator'] + ' / ' + r['denominator']:<46}{fmt(r['median'], '.2f'):>7}"
+            print(f"{r['numerator'] + ' / ' + r['denominator']:<56}{fmt(r['median'], '.2f'):>7}"
                   f"{fmt(r['min'], '.2f'):>6}{fmt(r['max'], '.2f'):>6}{target:>8}"
                   f"  {met:<3}{fmt(r['target_tokens_median'], '.2f'):>6}  "
                   + " ".join(fmt(value, ".2f") for value in r["per_round"]))
@@ -770,12 +790,12 @@ def run_compare(problem):
     setup = {"t2t_lite_checkpoint": t2t_lite_checkpoint()}
     print(f"t2t_lite's checkpoint: {setup['t2t_lite_checkpoint']}", flush=True)
     setup["export_seconds"] = {}
-    for name, jit_compile in SAVED_MODELS.items():
+    for name in SAVED_MODELS:
         if name in entries:
-            print(f"exporting the SavedModel to {saved_model_dir(jit_compile)}", flush=True)
+            print(f"exporting the SavedModel to {saved_model_dir(name)}", flush=True)
             setup["export_seconds"][name] = export_saved_model(setup["t2t_lite_checkpoint"],
-                                                               jit_compile)
-    if setup["export_seconds"]:  # one job file for both exports
+                                                               name)
+    if setup["export_seconds"]:  # one job file for every export
         setup["saved_model_job"] = write_saved_model_job(sources, encoders)
     setup.update(prepare_peer(entries, problem, sources))
 

@@ -86,13 +86,15 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
     to the settings that have it; an unknown name or a bad value is an HParamsError that lists
-    the names of both, and so is a batch_size below 1 or a negative parallel_batches."""
+    the names of both, and so is a beam_size or batch_size below 1 or a negative
+    parallel_batches or stop_after_finished."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
     values = parse_overrides(overrides, every_name())
-    for name, least in (("batch_size", 1), ("parallel_batches", 0)):
+    for name, least in (("beam_size", 1), ("batch_size", 1), ("parallel_batches", 0),
+                        ("stop_after_finished", 0)):
         if name in values and values[name] < least:
             raise HParamsError(f"--decode_hparams: {name}={values[name]}: must be at least "
                                f"{least}")

@@ -36,11 +36,19 @@ class SearchHParams:
     """What the search does, the search's part of t2t's --decode_hparams (the decoder's batching
     and XLA are decoder.TranslatorHParams). beam_size 4 and alpha 0.6 are the paper's (§6.1);
     beam_size=1 is greedy search. extra_length: tokens allowed past the input length (the
-    paper's 50). use_cache: incremental decoding (off only to measure it)."""
+    paper's 50). use_cache: incremental decoding (off only to measure it).
+
+    stop_after_finished: when beam search is done with a sentence. 0 (the default): when no
+    alive hypothesis can beat its best finished one, t2t's bound, so the output is the one a
+    search to the length limit returns. N > 0: also as soon as N hypotheses have ended among
+    its K best candidates of the steps so far, the rule of CTranslate2 (N = K x patience, its
+    default patience 1; it has no exact rule), OpenNMT-py and fairseq (N = K): fewer steps,
+    and a sentence can miss a better hypothesis that would have ended later."""
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
     use_cache: bool = True
+    stop_after_finished: int = 0
 
 
 def length_penalty(length, alpha):
@@ -242,15 +250,18 @@ def _tile_beams(tensor, beam_size):
 
 
 def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
-                use_cache: bool = True, fixed_shapes: bool = False):
+                use_cache: bool = True, fixed_shapes: bool = False,
+                stop_after_finished: int = 0):
     """The paper's beam search (§6.1, beam 4, length penalty alpha 0.6), as t2t's
     beam_search.py: keeps the `beam_size` most probable unfinished sequences ("alive") and the
     `beam_size` best finished ones, scored by log probability / length_penalty. A candidate
     that reaches its input's length limit counts as finished (t2t compared such sequences only
     when none had ended). A sentence is done as soon as no alive sequence can still beat its
-    best finished one (t2t stopped when none could beat the worst kept, for the whole batch);
-    done sentences leave the batch, so the steps after run on fewer rows (as CTranslate2 does),
-    unless fixed_shapes.
+    best finished one (t2t stopped when none could beat the worst kept, for the whole batch),
+    or, with `stop_after_finished` N > 0, once N candidates have ended among its K best of
+    the steps so far (CTranslate2's rule, SearchHParams); done sentences leave the batch, so
+    the steps after run on fewer rows (as CTranslate2 does), unless fixed_shapes (they then
+    stay, their results kept as they were when done).
 
     Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
     alive one if none finished) and their scores [B].
@@ -289,10 +300,11 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         return best_finished > best_alive
 
     # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
-    # `done` and the decoder's rows (b of them, b * K in the self-attention caches) hold;
-    # `results` holds every sentence's finished sequences, scores and flags.
-    def step(t, searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
-             finished_flags, results, rows, first=False):
+    # `done`, `ended` (how many of their K best candidates have ended so far) and the decoder's
+    # rows (b of them, b * K in the self-attention caches) hold; `results` holds every
+    # sentence's finished sequences, scores and flags.
+    def step(t, searched, done, ended, alive_seq, alive_log_probs, finished_seq,
+             finished_scores, finished_flags, results, rows, first=False):
         """One search step; `first`: the step at position 0, whose decoder rows are one per
         sentence (the K beams' would be equal), tiled to K beams after it."""
         b = tf.shape(searched)[0]
@@ -335,33 +347,41 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         finished_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
         finished_seq = gather_beams(all_seq, finished_choice)
         finished_flags = gather_beams(all_flags, finished_choice)
-        results = tuple(tf.tensor_scatter_nd_update(result, searched[:, tf.newaxis], value)
-                        for result, value in zip(results, (finished_seq, finished_scores,
-                                                           finished_flags)))
-        done = bound_met(alive_log_probs, finished_scores, finished_flags, searched_limits)
+        updates = (finished_seq, finished_scores, finished_flags)
+        if fixed_shapes:  # every sentence stays; those done before keep their results
+            updates = tuple(tf.where(tf.reshape(done, [-1] + [1] * (update.shape.rank - 1)),
+                                     tf.gather(result, searched), update)
+                            for result, update in zip(results, updates))
+        results = tuple(tf.tensor_scatter_nd_update(result, searched[:, tf.newaxis], update)
+                        for result, update in zip(results, updates))
+        ended += tf.reduce_sum(tf.cast(ends[:, :beam_size], tf.int32), axis=1)
+        done |= bound_met(alive_log_probs, finished_scores, finished_flags, searched_limits)
+        if stop_after_finished:
+            done |= ended >= stop_after_finished
 
         if fixed_shapes:
             kept = tf.range(b)
         else:
             kept = _still_searched(done)
-            searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores, \
+            searched, done, ended, alive_seq, alive_log_probs, finished_seq, finished_scores, \
                 finished_flags = (tf.gather(tensor, kept) for tensor in (
-                    searched, done, alive_seq, alive_log_probs, finished_seq, finished_scores,
-                    finished_flags))
+                    searched, done, ended, alive_seq, alive_log_probs, finished_seq,
+                    finished_scores, finished_flags))
         kept_beams = kept[:, tf.newaxis] * beam_size
         rows = decoder.follow(rows, _flatten_beams(kept_beams + tf.gather(parents, kept)), kept,
                               None if fixed_shapes else tf.size(kept) < b)
-        return (t + 1, searched, done, alive_seq, alive_log_probs, finished_seq,
+        return (t + 1, searched, done, ended, alive_seq, alive_log_probs, finished_seq,
                 finished_scores, finished_flags, results, rows)
 
     def not_done(t, searched, done, *unused_state):
         return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(done)))
 
-    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool), alive_seq,
-             alive_log_probs, finished_seq, finished_scores, finished_flags,
+    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool),
+             tf.zeros([batch_size], tf.int32), alive_seq, alive_log_probs, finished_seq,
+             finished_scores, finished_flags,
              (finished_seq, finished_scores, finished_flags), decoder.rows)
     state = step(*state, first=True)
-    (_, searched, _, alive_seq, alive_log_probs, _, _, _,
+    (_, searched, _, _, alive_seq, alive_log_probs, _, _, _,
      (finished_seq, finished_scores, finished_flags), _) = _loop(decoder, not_done, step, state)
     # Sentences searched to the last step without a finished sequence: their best alive one.
     best_alive_seq = tf.scatter_nd(searched[:, tf.newaxis], alive_seq[:, 0],
@@ -383,6 +403,7 @@ def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = Fa
     with model.step_kernels():  # the decoder's kernels laid out for steps, once per search
         if hp.beam_size > 1:
             return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
-                               hp.use_cache, fixed_shapes=fixed_shapes)
+                               hp.use_cache, fixed_shapes=fixed_shapes,
+                               stop_after_finished=hp.stop_after_finished)
         return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
                              fixed_shapes=fixed_shapes)

@@ -10,8 +10,9 @@ from t2t_lite.hparams_lib import HParamsError
 def test_each_name_goes_to_its_settings():
     search, translator = parse_decode_hparams("beam_size=2,alpha=0.6,batch_size=8,"
                                               "jit_compile=true,use_cache=false,"
-                                              "parallel_batches=3")
-    assert search == SearchHParams(beam_size=2, alpha=0.6, use_cache=False)
+                                              "parallel_batches=3,stop_after_finished=2")
+    assert search == SearchHParams(beam_size=2, alpha=0.6, use_cache=False,
+                                   stop_after_finished=2)
     assert translator == TranslatorHParams(batch_size=8, jit_compile=True, parallel_batches=3)
 
 
@@ -23,13 +24,16 @@ def test_an_unknown_name_lists_the_names_of_both():
     with pytest.raises(HParamsError, match=r"unknown hparam 'beam_sise'\. Did you mean "
                                            r"'beam_size'\? Known hparams: alpha, batch_size, "
                                            r"beam_size, extra_length, jit_compile, "
-                                           r"parallel_batches, use_cache"):
+                                           r"parallel_batches, stop_after_finished, "
+                                           r"use_cache"):
         parse_decode_hparams("beam_sise=2")
 
 
 @pytest.mark.parametrize("overrides, message", [
+    ("beam_size=0", "beam_size=0: must be at least 1"),
     ("batch_size=0", "batch_size=0: must be at least 1"),
-    ("parallel_batches=-1", "parallel_batches=-1: must be at least 0")])
-def test_a_batch_size_below_one_or_negative_parallel_batches_is_refused(overrides, message):
+    ("parallel_batches=-1", "parallel_batches=-1: must be at least 0"),
+    ("stop_after_finished=-1", "stop_after_finished=-1: must be at least 0")])
+def test_sizes_below_their_least_are_refused(overrides, message):
     with pytest.raises(HParamsError, match=message):
         parse_decode_hparams(overrides)

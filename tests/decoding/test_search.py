@@ -52,7 +52,7 @@ COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
 
 
 def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False,
-               step_kernels=False, traced=None):
+               step_kernels=False, traced=None, stop_after_finished=0):
     """(ids, scores) of the search; `traced`, a list, receives the traced function's graph."""
     def run():
         if step_kernels:  # as search.search runs them
@@ -65,7 +65,8 @@ def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit
             return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache,
                                         fixed_shapes=fixed_shapes)
         return search.beam_search(model, inputs, beam_size, extra_length=6,
-                                  use_cache=use_cache, fixed_shapes=fixed_shapes)
+                                  use_cache=use_cache, fixed_shapes=fixed_shapes,
+                                  stop_after_finished=stop_after_finished)
     function = tf.function(run, jit_compile=jit_compile)
     ids, scores = function()
     if traced is not None:
@@ -139,8 +140,8 @@ class TinyVocabularyModel:
     through fixed random tables, so that every output sequence's probability can be listed."""
     vocab_size = 5
 
-    def __init__(self, seed):
-        self.table = tf.constant(np.random.default_rng(seed).normal(size=(6, 5, 5)) * 2,
+    def __init__(self, seed, positions=6):
+        self.table = tf.constant(np.random.default_rng(seed).normal(size=(positions, 5, 5)) * 2,
                                  tf.float32)
 
     def encode(self, inputs, training=False):
@@ -219,3 +220,123 @@ def test_done_sentences_leave_the_batch_without_changing_any_output(model, input
                                          **COMPILATIONS["fixed cache, XLA"])
     np.testing.assert_array_equal(ids.numpy(), fixed_ids)
     np.testing.assert_allclose(scores.numpy(), fixed_scores, rtol=1e-5)
+
+
+def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_finished):
+    """The search of SearchHParams.stop_after_finished, written out in Python for one input of
+    TinyVocabularyModel: each step's 2K best candidates (by log probability) of the alive
+    beams, those that end (EOS, or the length limit) scored log probability / length penalty
+    into the K best finished, the K best others alive; done when no alive sequence can beat
+    the best finished (t2t's bound), or once `stop_after_finished` (> 0) candidates have ended
+    among each step's K best. Returns (best finished sequence, its score, steps run)."""
+    alive = [((), 0.0)]
+    finished, ended = [], 0
+    for step in range(max_length):
+        candidates = []
+        for sequence, log_prob in alive:
+            logits = model.table[step, sequence[-1] if sequence else 0].numpy().astype(float)
+            log_probs = logits - math.log(np.exp(logits).sum())
+            candidates += [(sequence + (token,), log_prob + log_probs[token])
+                           for token in range(model.vocab_size)]
+        candidates = sorted(candidates, key=lambda item: -item[1])[:2 * beam_size]
+        ends = [sequence[-1] == EOS_ID or len(sequence) == max_length
+                for sequence, _ in candidates]
+        finished = sorted(finished + [(sequence, log_prob / ((5 + len(sequence)) / 6) ** alpha)
+                                      for (sequence, log_prob), end in zip(candidates, ends)
+                                      if end], key=lambda item: -item[1])[:beam_size]
+        alive = [candidate for candidate, end in zip(candidates, ends) if not end][:beam_size]
+        ended += sum(ends[:beam_size])
+        best_alive = alive[0][1] / ((5 + max_length) / 6) ** alpha if alive else -math.inf
+        if (finished and finished[0][1] > best_alive) or (
+                stop_after_finished and ended >= stop_after_finished):
+            return list(finished[0][0]), finished[0][1], step + 1
+    return list(finished[0][0]), finished[0][1], max_length
+
+
+def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
+    """stop_after_finished=N returns what the rule written out in Python returns, and with a
+    larger N the search runs at least as many steps. Over these seeds the rule both stops
+    earlier than t2t's exact bound and returns another sequence than it, so the comparison
+    tells the rules apart."""
+    beam_size, alpha, extra_length = 2, 0.6, 7
+    fewer_steps = other_output = False
+    for seed in range(6):
+        model = TinyVocabularyModel(seed, positions=2 + extra_length)
+        results = {}
+        for n in (1, 2, 3, 0):
+            ids, scores = search.beam_search(model, [[EOS_ID]], beam_size, alpha, extra_length,
+                                             use_cache=False, stop_after_finished=n)
+            want, want_score, steps = beam_search_by_the_rule(model, beam_size, alpha,
+                                                              1 + extra_length, n)
+            assert ids.numpy()[0, :len(want)].tolist() == want, (seed, n)
+            assert not ids.numpy()[0, len(want):].any()
+            assert float(scores[0]) == pytest.approx(want_score, rel=1e-5)
+            results[n] = (want, steps)
+        assert results[1][1] <= results[2][1] <= results[3][1] <= results[0][1]
+        fewer_steps |= results[1][1] < results[0][1]
+        other_output |= results[1][0] != results[0][0]
+    assert fewer_steps and other_output
+
+
+@pytest.mark.parametrize("compilation", list(COMPILATIONS))
+def test_stopping_after_n_finished_gives_the_same_output_however_compiled(model, inputs,
+                                                                          compilation):
+    """With the rows of done sentences kept (fixed shapes, XLA), their results stay as they
+    were when done, so the outputs equal the growing search's, where those rows leave; and a
+    sentence's output does not depend on its batch."""
+    want_ids, want_scores = run_search(model, inputs, 3, stop_after_finished=1)
+    got_ids, got_scores = run_search(model, inputs, 3, stop_after_finished=1,
+                                     **COMPILATIONS[compilation])
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
+    for row in range(len(inputs)):
+        alone_ids, _ = run_search(model, inputs[row:row + 1], 3, stop_after_finished=1)
+        np.testing.assert_array_equal(alone_ids[0], want_ids[row])
+
+
+class TablePerInputModel:
+    """TinyVocabularyModel's tables, one per input: input i (its first token i + 2) decodes
+    with the table of seeds[i]."""
+    vocab_size = 5
+
+    def __init__(self, seeds, positions):
+        self.models = [TinyVocabularyModel(seed, positions) for seed in seeds]
+        self.tables = tf.stack([model.table for model in self.models])
+
+    def encode(self, inputs, training=False):
+        table = tf.cast(inputs[:, :1, tf.newaxis], tf.float32) - 2.0
+        return tf.broadcast_to(table, tf.concat([tf.shape(inputs), [1]], 0)), tf.equal(inputs, 0)
+
+    def decode(self, decoder_input, encoder_output, inputs_padding, training=False):
+        tables = tf.cast(encoder_output[:, 0, 0], tf.int32)  # [N]
+        positions = tf.broadcast_to(tf.range(tf.shape(decoder_input)[1]), tf.shape(decoder_input))
+        tables = tf.broadcast_to(tables[:, tf.newaxis], tf.shape(decoder_input))
+        return tf.gather_nd(self.tables, tf.stack([tables, positions, decoder_input], axis=-1))
+
+
+def test_sentences_done_early_keep_their_results_while_others_go_on():
+    """Sentences that stop after one finished hypothesis while their batchmates go on: with
+    fixed shapes (every row runs to the end of the batch, as under XLA) their results stay
+    those of the step they were done, as when they leave the batch, and as the rule written
+    out in Python gives for each alone. Some of them would have found a better sequence
+    later (the exact bound's output differs), so a result that went on changing would fail."""
+    beam_size, alpha, extra_length = 2, 0.6, 7
+    seeds = list(range(6))
+    model = TablePerInputModel(seeds, positions=2 + extra_length)
+    inputs = np.array([[seed + 2, EOS_ID] for seed in seeds], np.int32)
+    outputs = {}
+    for fixed_shapes in (False, True):
+        function = tf.function(lambda: search.beam_search(
+            model, inputs, beam_size, alpha, extra_length, use_cache=False,
+            fixed_shapes=fixed_shapes, stop_after_finished=1))
+        ids, scores = function()
+        outputs[fixed_shapes] = ids.numpy()
+    np.testing.assert_array_equal(outputs[True], outputs[False])
+    rules = [(beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 1),
+              beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0))
+             for single in model.models]
+    for row, ((want, _, _), _) in enumerate(rules):
+        assert outputs[True][row, :len(want)].tolist() == want
+    batch_steps = max(steps for (_, _, steps), _ in rules)
+    assert any(steps < batch_steps and exact != want
+               for (want, _, steps), (exact, _, _) in rules)
