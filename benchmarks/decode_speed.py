@@ -735,7 +735,7 @@ def print_compare_tables(result: dict):
           f"{threads['ctranslate2'][1]}); {FLAGS.rounds} "
           f"rounds in turn, each contestant-round in its own process; {m['cpu']}, {m['cores']} "
           f"cores")
-    header = (f"{'contestant':<33}{'sent/s':>8}{'min-max':>13}{'tgt tok/s':>10}{'out len':>8}"
+    header = (f"{'contestant':<33}{'sent/s':>8}{'min-max':>14}{'tgt tok/s':>10}{'out len':>8}"
               f"{'BLEU':>7}{'warm-up s':>10}{'peak MB':>8}{'latency ms':>11}  oneDNN")
     print(header + "\n" + "-" * len(header))
     left_out = []
@@ -746,7 +746,7 @@ def print_compare_tables(result: dict):
             continue
         spread = f"{s['min']:.2f}-{s['max']:.2f}"
         onednn = "/".join("on" if on else "off" for on in s["onednn"]) or "-"
-        print(f"{entry['name']:<33}{s['sentences_per_s']:>8.2f}{spread:>13}"
+        print(f"{entry['name']:<33}{s['sentences_per_s']:>8.2f}{spread:>14}"
               f"{s['target_tokens_per_s']:>10.0f}{s['mean_output_tokens']:>8.1f}{s['bleu']:>7.2f}"
               f"{s['warmup_seconds']:>10.1f}{s['peak_rss_mb']:>8.0f}"
               f"{s['latency_median_ms']:>11.0f}  {onednn}")

@@ -2,7 +2,8 @@
 model.
 
   python benchmarks/profile_decode.py --data_dir=D --output_dir=O [--checkpoint=C]
-      [--num_sentences=128] [--batch_size=32 --beam_size=4 --alpha=0.6] [--jit_compile]
+      [--num_sentences=128] [--batch_size=32 --beam_size=4 --alpha=0.6]
+      [--stop_after_finished=0] [--jit_compile]
       [--output_json=F]
 
 The model in O (its averaged/ checkpoint when there, as multi30k_recipe.py decodes, else its
@@ -101,6 +102,10 @@ flags.DEFINE_integer("batch_size", TRANSLATOR_DEFAULTS.batch_size, "Sentences pe
 flags.DEFINE_integer("beam_size", SEARCH_DEFAULTS.beam_size, "Beam size (1: greedy search).",
                      lower_bound=1)
 flags.DEFINE_float("alpha", SEARCH_DEFAULTS.alpha, "Length penalty exponent.")
+flags.DEFINE_integer("stop_after_finished", SEARCH_DEFAULTS.stop_after_finished, "Beam search "
+                     "also stops a sentence once this many hypotheses have ended among its K "
+                     "best candidates (decode_hparams stop_after_finished; 0: t2t's exact "
+                     "bound only).", lower_bound=0)
 flags.DEFINE_boolean("jit_compile", TRANSLATOR_DEFAULTS.jit_compile, "XLA-compile the search (the "
                      "profile then shows XLA clusters, not operations).")
 flags.DEFINE_integer("parallel_batches", 1, "Batches searched at once (decode_hparams "
@@ -135,7 +140,8 @@ def translator_and_sentences(problem):
                                FLAGS.output_dir, checkpoint_path())
     translator = decoder.Translator(
         model, problem.feature_encoders(FLAGS.data_dir),
-        SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), problem.max_length,
+        SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
+                      stop_after_finished=FLAGS.stop_after_finished), problem.max_length,
         translator_hparams=translator_hparams())
     path = problem.text_paths(FLAGS.data_dir, "test")["inputs"]
     return translator, decoder.read_sentences(path)[:FLAGS.num_sentences]
@@ -204,6 +210,7 @@ def print_tables(result):
     print(f"\n{PROBLEM} test, first {result['sentences']} sentences, batches of "
           f"{FLAGS.batch_size} ({decoder.parallel_batches_for(translator_hparams())} at once), "
           f"beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
+          f"stop_after_finished {FLAGS.stop_after_finished}, "
           f"{'XLA' if FLAGS.jit_compile else 'no XLA'}; {m['cpu']}, {m['cores']} cores, "
           f"TF {m['tensorflow']}, oneDNN {'on' if m['onednn'] else 'off'}")
     print(f"timed pass: {result['sentences_per_s']:.2f} sentences/s; profiled pass: "
