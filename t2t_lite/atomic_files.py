@@ -45,10 +45,11 @@ def atomic_path(path: str, owner: str = None):
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w"):
+def atomic_write(path: str, mode: str = "w", owner: str = None):
     """Yields a `tf.io.gfile.GFile` handle ("w": text, "wb": bytes) whose content becomes
-    `path` when the block ends without error, and nothing when it raises."""
-    with atomic_path(path) as temporary:
+    `path` when the block ends without error, and nothing when it raises; written under
+    `temporary_path(path, owner)`."""
+    with atomic_path(path, owner) as temporary:
         with tf.io.gfile.GFile(temporary, mode) as handle:
             yield handle
 

@@ -71,6 +71,20 @@ def test_a_writer_of_its_own_gets_a_temporary_name_of_its_own(folder):
             == f"{folder}/.t2t_lite.lock.f00d.incomplete")
 
 
+def test_two_owners_write_one_file_at_once_without_clashing(folder):
+    """Two writers of the same file, interleaved (two processes recording one failed build):
+    each writes its own temporary file, and the file is whole: the one that finished last."""
+    path = f"{folder}/build.log"
+    with atomic_files.atomic_write(path, owner="1") as first:
+        first.write("first")
+        with atomic_files.atomic_write(path, owner="2") as second:
+            second.write("second")
+        assert sorted(tf.io.gfile.listdir(folder)) == [".build.log.1.incomplete", "build.log"]
+    assert tf.io.gfile.listdir(folder) == ["build.log"]
+    with tf.io.gfile.GFile(path) as handle:
+        assert handle.read() == "first"
+
+
 def test_a_folder_appears_whole_and_replaces_the_old_one_only_when_complete(folder):
     path = f"{folder}/export"
     tf.io.gfile.makedirs(path)

@@ -118,7 +118,7 @@ def _remember_failure(library: str, text: str) -> str:
     """Writes `text` to the library's .log file, which stops later builds from the same
     inputs; returns the words that point to it."""
     log = _log_path(library)
-    with atomic_files.atomic_write(log) as handle:
+    with atomic_files.atomic_write(log, owner=str(os.getpid())) as handle:
         handle.write(text)
     return f"its output: {log}"
 
