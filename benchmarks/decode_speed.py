@@ -426,7 +426,8 @@ def test_sentences(problem):
 def make_translator(model, encoders, max_length: int, batch_size: int, parallel_batches: int):
     search_hparams = SearchHParams(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                                    stop_after_finished=FLAGS.stop_after_finished)
-    return decoder.Translator(model, encoders, search_hparams, max_length, translator_hparams=decoder.TranslatorHParams(
+    return decoder.Translator(model, encoders, search_hparams, max_length,
+                              translator_hparams=decoder.TranslatorHParams(
                                   batch_size=batch_size, parallel_batches=parallel_batches))
 
 

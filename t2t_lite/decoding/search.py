@@ -42,8 +42,10 @@ class SearchHParams:
     alive hypothesis can beat its best finished one, t2t's bound, so the output is the one a
     search to the length limit returns. N > 0: also as soon as N hypotheses have ended among
     its K best candidates of the steps so far, the rule of CTranslate2 (N = K x patience, its
-    default patience 1; it has no exact rule), OpenNMT-py and fairseq (N = K): fewer steps,
-    and a sentence can miss a better hypothesis that would have ended later."""
+    default patience 1; it has no exact rule) and fairseq (N = K): fewer steps, and a
+    sentence can miss a better hypothesis that would have ended later. (Which sequences
+    compete for the output stays t2t's: every candidate of the 2K that ended, where
+    CTranslate2 keeps those among the K best only.)"""
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50

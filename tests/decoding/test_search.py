@@ -222,16 +222,18 @@ def test_done_sentences_leave_the_batch_without_changing_any_output(model, input
     np.testing.assert_allclose(scores.numpy(), fixed_scores, rtol=1e-5)
 
 
-def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_finished):
+def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_finished,
+                            max_steps=None):
     """The search of SearchHParams.stop_after_finished, written out in Python for one input of
     TinyVocabularyModel: each step's 2K best candidates (by log probability) of the alive
     beams, those that end (EOS, or the length limit) scored log probability / length penalty
     into the K best finished, the K best others alive; done when no alive sequence can beat
     the best finished (t2t's bound), or once `stop_after_finished` (> 0) candidates have ended
-    among each step's K best. Returns (best finished sequence, its score, steps run)."""
+    among each step's K best; or after `max_steps` steps. Returns (best finished sequence, its
+    score, steps run)."""
     alive = [((), 0.0)]
     finished, ended = [], 0
-    for step in range(max_length):
+    for step in range(min(max_length, max_steps or max_length)):
         candidates = []
         for sequence, log_prob in alive:
             logits = model.table[step, sequence[-1] if sequence else 0].numpy().astype(float)
@@ -250,48 +252,51 @@ def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_fini
         if (finished and finished[0][1] > best_alive) or (
                 stop_after_finished and ended >= stop_after_finished):
             return list(finished[0][0]), finished[0][1], step + 1
-    return list(finished[0][0]), finished[0][1], max_length
+    return list(finished[0][0]), finished[0][1], step + 1
+
+
+class DecodeCountingModel:
+    """A model whose `decode` calls are counted: one a step for the uncached search run
+    eagerly (tf.while_loop then runs its body in Python)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+        self.vocab_size = model.vocab_size
+
+    def encode(self, *args, **kwargs):
+        return self.model.encode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        self.calls += 1
+        return self.model.decode(*args, **kwargs)
 
 
 def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
-    """stop_after_finished=N returns what the rule written out in Python returns, and with a
-    larger N the search runs at least as many steps. Over these seeds the rule both stops
-    earlier than t2t's exact bound and returns another sequence than it, so the comparison
-    tells the rules apart."""
+    """stop_after_finished=N returns what the rule written out in Python returns after as many
+    steps, and with a larger N the search runs at least as many steps. Over these seeds the
+    rule both stops earlier than t2t's exact bound and returns another sequence than it, so
+    the comparison tells the rules apart."""
     beam_size, alpha, extra_length = 2, 0.6, 7
     fewer_steps = other_output = False
     for seed in range(6):
         model = TinyVocabularyModel(seed, positions=2 + extra_length)
         results = {}
         for n in (1, 2, 3, 0):
-            ids, scores = search.beam_search(model, [[EOS_ID]], beam_size, alpha, extra_length,
-                                             use_cache=False, stop_after_finished=n)
+            counting = DecodeCountingModel(model)
+            ids, scores = search.beam_search(counting, [[EOS_ID]], beam_size, alpha,
+                                             extra_length, use_cache=False,
+                                             stop_after_finished=n)
             want, want_score, steps = beam_search_by_the_rule(model, beam_size, alpha,
                                                               1 + extra_length, n)
             assert ids.numpy()[0, :len(want)].tolist() == want, (seed, n)
             assert not ids.numpy()[0, len(want):].any()
             assert float(scores[0]) == pytest.approx(want_score, rel=1e-5)
+            assert counting.calls == steps, (seed, n)
             results[n] = (want, steps)
         assert results[1][1] <= results[2][1] <= results[3][1] <= results[0][1]
         fewer_steps |= results[1][1] < results[0][1]
         other_output |= results[1][0] != results[0][0]
     assert fewer_steps and other_output
-
-
-@pytest.mark.parametrize("compilation", list(COMPILATIONS))
-def test_stopping_after_n_finished_gives_the_same_output_however_compiled(model, inputs,
-                                                                          compilation):
-    """With the rows of done sentences kept (fixed shapes, XLA), their results stay as they
-    were when done, so the outputs equal the growing search's, where those rows leave; and a
-    sentence's output does not depend on its batch."""
-    want_ids, want_scores = run_search(model, inputs, 3, stop_after_finished=1)
-    got_ids, got_scores = run_search(model, inputs, 3, stop_after_finished=1,
-                                     **COMPILATIONS[compilation])
-    np.testing.assert_array_equal(got_ids, want_ids)
-    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
-    for row in range(len(inputs)):
-        alone_ids, _ = run_search(model, inputs[row:row + 1], 3, stop_after_finished=1)
-        np.testing.assert_array_equal(alone_ids[0], want_ids[row])
 
 
 class TablePerInputModel:
@@ -316,27 +321,30 @@ class TablePerInputModel:
 
 def test_sentences_done_early_keep_their_results_while_others_go_on():
     """Sentences that stop after one finished hypothesis while their batchmates go on: with
-    fixed shapes (every row runs to the end of the batch, as under XLA) their results stay
-    those of the step they were done, as when they leave the batch, and as the rule written
-    out in Python gives for each alone. Some of them would have found a better sequence
-    later (the exact bound's output differs), so a result that went on changing would fail."""
+    fixed shapes (every row runs to the end of the batch), compiled by XLA or not, their
+    results stay those of the step they were done, as when they leave the batch, and as the
+    rule written out in Python gives for each alone. Some of them would have found a better sequence
+    later, before the batch ends (the exact bound's search cut at the batch's last step
+    returns another sequence), so a result that went on changing would fail."""
     beam_size, alpha, extra_length = 2, 0.6, 7
     seeds = list(range(6))
     model = TablePerInputModel(seeds, positions=2 + extra_length)
     inputs = np.array([[seed + 2, EOS_ID] for seed in seeds], np.int32)
     outputs = {}
-    for fixed_shapes in (False, True):
+    for fixed_shapes, jit_compile in ((False, False), (True, False), (True, True)):
         function = tf.function(lambda: search.beam_search(
             model, inputs, beam_size, alpha, extra_length, use_cache=False,
-            fixed_shapes=fixed_shapes, stop_after_finished=1))
+            fixed_shapes=fixed_shapes, stop_after_finished=1), jit_compile=jit_compile)
         ids, scores = function()
-        outputs[fixed_shapes] = ids.numpy()
-    np.testing.assert_array_equal(outputs[True], outputs[False])
+        outputs[fixed_shapes, jit_compile] = ids.numpy()
+    np.testing.assert_array_equal(outputs[True, False], outputs[False, False])
+    np.testing.assert_array_equal(outputs[True, True], outputs[False, False])
     rules = [(beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 1),
               beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0))
              for single in model.models]
     for row, ((want, _, _), _) in enumerate(rules):
-        assert outputs[True][row, :len(want)].tolist() == want
+        assert outputs[False, False][row, :len(want)].tolist() == want
     batch_steps = max(steps for (_, _, steps), _ in rules)
-    assert any(steps < batch_steps and exact != want
-               for (want, _, steps), (exact, _, _) in rules)
+    went_on = [beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0,
+                                       max_steps=batch_steps)[0] for single in model.models]
+    assert any(later != want for ((want, _, _), _), later in zip(rules, went_on))
