@@ -177,6 +177,7 @@ if __name__ == "__main__" and sys.argv[1:2] == [SAVED_MODEL_CLIENT]:
 # started, before t2t_lite's start below asks for oneDNN (t2t_lite/cpu_kernels.py).
 CALLER_ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 
+import collections  # noqa: E402
 import importlib.util  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -224,11 +225,12 @@ CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
                "t2t_lite_saved_model_ct2_stop": "t2t_lite SavedModel (CT2's stop)",
                "onmt_infer": "onmt-main infer",
                "ctranslate2": "CTranslate2 float32"}
-# t2t_lite's SavedModels: name -> (its folder in --work_dir, XLA-compiled search, CTranslate2's
-# stop). CTranslate2's stop: stop_after_finished = the beam size, its rule (SearchHParams).
-SAVED_MODELS = {"t2t_lite_saved_model": ("saved_model", False, False),
-                "t2t_lite_saved_model_xla": ("saved_model_xla", True, False),
-                "t2t_lite_saved_model_ct2_stop": ("saved_model_ct2_stop", False, True)}
+# t2t_lite's SavedModels: its folder in --work_dir, whether XLA compiles its search, and whether
+# it stops as CTranslate2 does (stop_after_finished = the beam size, SearchHParams).
+SavedModel = collections.namedtuple("SavedModel", ["folder", "jit_compile", "ct2_stop"])
+SAVED_MODELS = {"t2t_lite_saved_model": SavedModel("saved_model", False, False),
+                "t2t_lite_saved_model_xla": SavedModel("saved_model_xla", True, False),
+                "t2t_lite_saved_model_ct2_stop": SavedModel("saved_model_ct2_stop", False, True)}
 DECODERS = {"t2t_lite_decoder": False, "t2t_lite_decoder_ct2_stop": True}  # CT2's stop or not
 OURS = (*DECODERS, *SAVED_MODELS)
 PEERS = ("onmt_infer", "ctranslate2")
@@ -473,7 +475,7 @@ def decoder_child():
 # --- --compare: preparation, rounds, summary ----------------------------------------------------
 
 def saved_model_dir(name: str) -> str:
-    return os.path.join(FLAGS.work_dir, SAVED_MODELS[name][0])
+    return os.path.join(FLAGS.work_dir, SAVED_MODELS[name].folder)
 
 
 def t2t_lite_checkpoint() -> str:
@@ -496,13 +498,13 @@ def stop_after_finished(ct2_stop: bool) -> int:
 
 def export_saved_model(checkpoint: str, name: str) -> float:
     """t2t_lite-exporter into the SavedModel's folder in W (replaced); returns its wall time."""
-    _, jit_compile, ct2_stop = SAVED_MODELS[name]
+    saved_model = SAVED_MODELS[name]
     command = [sys.executable, "-m", "t2t_lite.bin.exporter", f"--data_dir={FLAGS.data_dir}",
                f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={saved_model_dir(name)}",
                f"--checkpoint_path={checkpoint}", "--overwrite",
                f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha},"
-               f"stop_after_finished={stop_after_finished(ct2_stop)}",
-               f"--export_jit_compile={jit_compile}"]
+               f"stop_after_finished={stop_after_finished(saved_model.ct2_stop)}",
+               f"--export_jit_compile={saved_model.jit_compile}"]
     start = time.time()
     output = subprocess.run(command, capture_output=True, text=True)
     if output.returncode:
@@ -588,7 +590,7 @@ def contestant_command(name: str, setup: dict, output: str) -> list:
                 f"--beam_size={FLAGS.beam_size}", f"--alpha={FLAGS.alpha}",
                 f"--latency_sentences={FLAGS.latency_sentences}", *thread_flags()]
     if name in SAVED_MODELS:
-        jit_compile = SAVED_MODELS[name][1]
+        jit_compile = SAVED_MODELS[name].jit_compile
         return [sys.executable, os.path.abspath(__file__), SAVED_MODEL_CLIENT,
                 saved_model_dir(name), setup["saved_model_job"], output,
                 str(batch_intra_threads()), str(FLAGS.inter_op_parallelism_threads),

@@ -302,9 +302,9 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         return best_finished > best_alive
 
     # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
-    # `done`, `ended` (how many of their K best candidates have ended so far) and the decoder's
-    # rows (b of them, b * K in the self-attention caches) hold; `results` holds every
-    # sentence's finished sequences, scores and flags.
+    # `done`, `ended` (with stop_after_finished: how many of their K best candidates have ended
+    # so far) and the decoder's rows (b of them, b * K in the self-attention caches) hold;
+    # `results` holds every sentence's finished sequences, scores and flags.
     def step(t, searched, done, ended, alive_seq, alive_log_probs, finished_seq,
              finished_scores, finished_flags, results, rows, first=False):
         """One search step; `first`: the step at position 0, whose decoder rows are one per
@@ -356,9 +356,9 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
                             for result, update in zip(results, updates))
         results = tuple(tf.tensor_scatter_nd_update(result, searched[:, tf.newaxis], update)
                         for result, update in zip(results, updates))
-        ended += tf.reduce_sum(tf.cast(ends[:, :beam_size], tf.int32), axis=1)
         done |= bound_met(alive_log_probs, finished_scores, finished_flags, searched_limits)
-        if stop_after_finished:
+        if stop_after_finished:  # else `ended` stays 0: no count in the default's steps
+            ended += tf.reduce_sum(tf.cast(ends[:, :beam_size], tf.int32), axis=1)
             done |= ended >= stop_after_finished
 
         if fixed_shapes:

@@ -153,13 +153,14 @@ class TinyVocabularyModel:
         return tf.gather_nd(self.table, tf.stack(
             [tf.broadcast_to(positions, tf.shape(previous)), previous], axis=-1))
 
+    def next_log_probs(self, position, previous):
+        """Log probabilities [5] of the token at `position` after token `previous`."""
+        logits = self.table[position, previous].numpy().astype(float)
+        return logits - math.log(np.exp(logits).sum())
+
     def log_prob(self, sequence):
-        total, previous = 0.0, 0
-        for position, token in enumerate(sequence):
-            logits = self.table[position, previous].numpy()
-            total += logits[token] - math.log(np.exp(logits).sum())
-            previous = token
-        return total
+        return sum(self.next_log_probs(position, previous)[token] for position, (previous, token)
+                   in enumerate(zip([0] + list(sequence[:-1]), sequence)))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -185,7 +186,9 @@ def test_a_wide_beam_finds_the_best_scored_sequence(seed):
 
 
 class RowCountingModel:
-    """The model, recording how many rows each decoding step runs on."""
+    """The model, recording how many rows each decoding step runs on: its cached step, or the
+    uncached search's whole decode (one call a step when the search runs eagerly, as
+    tf.while_loop then runs its body in Python)."""
 
     def __init__(self, model):
         self.model, self.rows_per_step = model, []
@@ -197,6 +200,10 @@ class RowCountingModel:
     def decode_step(self, ids, *args):
         self.rows_per_step.append(int(ids.shape[0]))
         return self.model.decode_step(ids, *args)
+
+    def decode(self, decoder_input, *args, **kwargs):
+        self.rows_per_step.append(int(decoder_input.shape[0]))
+        return self.model.decode(decoder_input, *args, **kwargs)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -236,8 +243,7 @@ def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_fini
     for step in range(min(max_length, max_steps or max_length)):
         candidates = []
         for sequence, log_prob in alive:
-            logits = model.table[step, sequence[-1] if sequence else 0].numpy().astype(float)
-            log_probs = logits - math.log(np.exp(logits).sum())
+            log_probs = model.next_log_probs(step, sequence[-1] if sequence else 0)
             candidates += [(sequence + (token,), log_prob + log_probs[token])
                            for token in range(model.vocab_size)]
         candidates = sorted(candidates, key=lambda item: -item[1])[:2 * beam_size]
@@ -255,22 +261,6 @@ def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_fini
     return list(finished[0][0]), finished[0][1], step + 1
 
 
-class DecodeCountingModel:
-    """A model whose `decode` calls are counted: one a step for the uncached search run
-    eagerly (tf.while_loop then runs its body in Python)."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, 0
-        self.vocab_size = model.vocab_size
-
-    def encode(self, *args, **kwargs):
-        return self.model.encode(*args, **kwargs)
-
-    def decode(self, *args, **kwargs):
-        self.calls += 1
-        return self.model.decode(*args, **kwargs)
-
-
 def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
     """stop_after_finished=N returns what the rule written out in Python returns after as many
     steps, and with a larger N the search runs at least as many steps. Over these seeds the
@@ -282,7 +272,7 @@ def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
         model = TinyVocabularyModel(seed, positions=2 + extra_length)
         results = {}
         for n in (1, 2, 3, 0):
-            counting = DecodeCountingModel(model)
+            counting = RowCountingModel(model)
             ids, scores = search.beam_search(counting, [[EOS_ID]], beam_size, alpha,
                                              extra_length, use_cache=False,
                                              stop_after_finished=n)
@@ -291,7 +281,7 @@ def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
             assert ids.numpy()[0, :len(want)].tolist() == want, (seed, n)
             assert not ids.numpy()[0, len(want):].any()
             assert float(scores[0]) == pytest.approx(want_score, rel=1e-5)
-            assert counting.calls == steps, (seed, n)
+            assert len(counting.rows_per_step) == steps, (seed, n)
             results[n] = (want, steps)
         assert results[1][1] <= results[2][1] <= results[3][1] <= results[0][1]
         fewer_steps |= results[1][1] < results[0][1]
