@@ -12,6 +12,11 @@ gradient is g * mask: one pass instead of a zeros_like and a select.
 An element is kept when its 16 bits are at least round(rate * 65536), so the rate that is
 applied is that count / 65536 (0.1 → 0.100006); the scale is 65536 / (kept count), so that
 E[output] = x exactly, as inverted dropout promises.
+
+Under a tf.distribute strategy with several replicas, each replica folds its id into the seed.
+Keras's SeedGenerator keeps one state for all replicas, so without this every GPU (or worker)
+would drop the same positions of its share of the batch: a batch split over N replicas would
+get N copies of one mask instead of N independent masks. With one replica the seed is Keras's.
 """
 import keras
 import tensorflow as tf
@@ -37,6 +42,16 @@ def random_uint16(shape, seed):
     return tf.reshape(halves, tf.concat([shape[:-1], [-1]], axis=0))[..., :last]
 
 
+def replica_seed(seed):
+    """`seed` [2] with this replica's id folded in, when the current tf.distribute replica
+    context has several replicas (ids are global across workers); `seed` itself otherwise."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return seed
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    return tf.random.experimental.stateless_fold_in(seed, replica, alg="philox")
+
+
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class Dropout(keras.layers.Dropout):
     """Inverted dropout with a 16-bit mask: zeroes each element with probability `rate` (to
@@ -57,7 +72,7 @@ class Dropout(keras.layers.Dropout):
         if self.rate >= 1:
             return tf.zeros_like(inputs)
         threshold, scale = threshold_and_scale(self.rate)
-        seed = tf.cast(self.seed_generator.next(), tf.int64)
+        seed = replica_seed(tf.cast(self.seed_generator.next(), tf.int64))
         bits = random_uint16(tf.shape(inputs), seed)
         mask = tf.where(bits >= tf.constant(threshold, tf.uint16),
                         tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))

@@ -1,4 +1,10 @@
-"""Dropout with a 16-bit mask (§5.4): the rate, the inverted scale, its gradient, seeds."""
+"""Dropout with a 16-bit mask (§5.4): the rate, the inverted scale, its gradient, seeds, and a
+mask of each replica's own under tf.distribute."""
+import json
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -62,3 +68,66 @@ def test_same_mask_with_and_without_xla():
 def test_noise_shape_is_refused():
     with pytest.raises(ValueError, match="noise_shape"):
         Dropout(0.1, noise_shape=(1, None))
+
+
+REPLICAS_SCRIPT = textwrap.dedent("""
+    import json
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from t2t_lite import registry
+    from t2t_lite.layers.dropout import Dropout
+    from t2t_lite.models.building import build_model
+    from t2t_lite.training import trainer
+    from t2t_lite.training.step import TrainingSteps
+
+    strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+    results = {}
+    for jit in (False, True):
+        with strategy.scope():
+            layer = Dropout(0.5, seed=3)
+        inner = tf.function(lambda x: layer(x, training=True), jit_compile=jit)
+        masks = strategy.experimental_local_results(
+            tf.function(lambda: strategy.run(lambda: inner(tf.ones([4, 64]))))())
+        # The same sentence pair on both replicas, the whole model in training mode.
+        hparams = registry.hparams("transformer_tiny").override_from_string(
+            "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+        keras.utils.set_random_seed(7)
+        with strategy.scope():
+            model = build_model("transformer", hparams, 12)
+            optimizer = trainer.make_optimizer(hparams)
+        steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit)
+        pair = {"inputs": np.array([[3, 4, 5, 6, 1]] * 2, np.int32),
+                "targets": np.array([[7, 8, 9, 1, 0]] * 2, np.int32)}
+        batch = next(iter(steps.distribute(tf.data.Dataset.from_tensors(pair))))
+        losses = strategy.experimental_local_results(tf.function(lambda b: strategy.run(
+            lambda f: steps.replica_counts(f, training=True)["loss_sum"], args=(b,)))(batch))
+        results[str(jit)] = {"masks": [np.asarray(m).tolist() for m in masks],
+                             "losses": [float(l) for l in losses]}
+    results["one_replica"] = np.asarray(Dropout(0.5, seed=3)(tf.ones([4, 64]),
+                                                             training=True)).tolist()
+    print("RESULT " + json.dumps(results))
+""")
+
+
+def test_each_replica_draws_its_own_mask():
+    """Keras's SeedGenerator gives every replica the same seed: without the replica's id in it,
+    a batch split over replicas would get copies of one mask. Two replicas (MirroredStrategy
+    over two logical CPUs), with and without XLA: the layer's masks differ, and the model given
+    the same sentence pair on both replicas computes two different training losses. One
+    replica keeps Keras's seed: its mask is that of a layer outside any strategy."""
+    done = subprocess.run([sys.executable, "-c", REPLICAS_SCRIPT], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.split("RESULT ", 1)[1])
+    for jit in ("False", "True"):
+        first, second = (np.array(mask) for mask in results[jit]["masks"])
+        assert {0.0, 2.0} >= set(np.unique(first)) | set(np.unique(second))
+        assert abs((first == 0).mean() - 0.5) < 0.1 and abs((second == 0).mean() - 0.5) < 0.1
+        assert not np.array_equal(first == 0, second == 0), jit
+        assert abs(results[jit]["losses"][0] - results[jit]["losses"][1]) > 1e-4, jit
+    single = np.array(results["one_replica"])
+    plain = Dropout(0.5, seed=3)(tf.ones([4, 64]), training=True)
+    np.testing.assert_array_equal(single, plain)  # one replica: Keras's seed, unchanged
