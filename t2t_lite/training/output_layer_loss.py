@@ -29,7 +29,8 @@ from t2t_lite.training import losses
 
 
 def loss_sum_tokens_and_correct(hidden, softmax_weights, targets, label_smoothing: float,
-                                chunk_rows: int, with_gradients: bool = True):
+                                chunk_rows: int, with_gradients: bool = True,
+                                fixed_chunk_shape: bool = True):
     """(sum of the label-smoothed loss over real target tokens, number of real target tokens,
     number of real target tokens predicted right), as `losses.loss_sum_and_tokens` and
     `losses.correct_tokens` compute them from `hidden @ softmax_weights^T`.
@@ -42,6 +43,11 @@ def loss_sum_tokens_and_correct(hidden, softmax_weights, targets, label_smoothin
         chunk_rows: target positions projected at a time.
         with_gradients: False for evaluation: the loss sum then has no gradient, and no
             gradient work is done.
+        fixed_chunk_shape: every chunk has `chunk_rows` rows, the last one filled up with
+            padding rows whose results are dropped: one static shape, which XLA needs. False
+            (without XLA): the last chunk has just the real rows left, so no logits or
+            gradient products are computed for padding (a batch of 3,812 target tokens in
+            one chunk of 4,096 rows computed 7% more than it needed).
     """
     depth = tf.shape(hidden)[-1]
     rows = tf.reshape(hidden, [-1, depth])
@@ -50,33 +56,35 @@ def loss_sum_tokens_and_correct(hidden, softmax_weights, targets, label_smoothin
     real_rows = tf.reduce_sum(1 - is_pad)
     real_first = tf.argsort(is_pad, stable=True)
     rows, row_targets = tf.gather(rows, real_first), tf.gather(row_targets, real_first)
-    # Whole chunks: padded with rows the loop never reaches.
-    padding = -tf.shape(rows)[0] % chunk_rows
-    rows = tf.pad(rows, [[0, padding], [0, 0]])
-    row_targets = tf.pad(row_targets, [[0, padding]])
+    if fixed_chunk_shape:  # whole chunks: padded with rows the loop never reaches
+        padding = -tf.shape(rows)[0] % chunk_rows
+        rows = tf.pad(rows, [[0, padding], [0, 0]])
+        row_targets = tf.pad(row_targets, [[0, padding]])
     loss_sum, correct = _chunked_loss(rows, tf.convert_to_tensor(softmax_weights), row_targets,
-                                      real_rows, label_smoothing, chunk_rows, with_gradients)
+                                      real_rows, label_smoothing, chunk_rows, with_gradients,
+                                      fixed_chunk_shape)
     return loss_sum, tf.cast(real_rows, tf.float32), correct
 
 
 def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
-                with_gradients):
+                with_gradients, fixed_chunk_shape):
     """Loss sum, correct count and (with_gradients) d loss_sum / d rows and / d weights."""
     vocab_size = weights.shape[0]
     confidence, low = losses.smoothed_target_values(vocab_size, label_smoothing)
     floor = losses.smoothed_distribution_entropy(vocab_size, label_smoothing)
     weights = tf.cast(weights, tf.float32)
     chunks = (real_rows + chunk_rows - 1) // chunk_rows
-    offsets = tf.range(chunk_rows)
     # sum_j z_j = h . colsum(W): the logits' row sums from a [d] vector instead of a pass
     # over [chunk_rows, vocab]; the gradient uses colsum(W) too.
     weight_column_sums = tf.reduce_sum(weights, axis=0)  # [d]
 
     def body(chunk, loss_sum, correct, row_gradients, weight_gradients):
         start = chunk * chunk_rows
-        # tf.slice with a constant size: one static shape under XLA
-        h = tf.cast(tf.slice(rows, [start, 0], [chunk_rows, -1]), tf.float32)
-        y = tf.slice(row_targets, [start], [chunk_rows])
+        # A constant size: one static shape under XLA; else no more than the real rows left.
+        size = chunk_rows if fixed_chunk_shape else tf.minimum(chunk_rows, real_rows - start)
+        offsets = tf.range(size)
+        h = tf.cast(tf.slice(rows, [start, 0], [size, -1]), tf.float32)
+        y = tf.slice(row_targets, [start], [size])
         real = tf.cast(start + offsets < real_rows, tf.float32)
         logits = tf.matmul(h, weights, transpose_b=True)  # [chunk_rows, vocab], float32
         # logsumexp by hand, keeping exp(logits - max) for the gradient's softmax: one Exp
@@ -126,18 +134,18 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
 
 
 def _chunked_loss(rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
-                  with_gradients):
+                  with_gradients, fixed_chunk_shape):
     if not with_gradients:
         loss_sum, correct, _, _ = _chunk_loop(tf.stop_gradient(rows), tf.stop_gradient(weights),
                                               row_targets, real_rows, label_smoothing,
-                                              chunk_rows, with_gradients=False)
+                                              chunk_rows, False, fixed_chunk_shape)
         return loss_sum, correct
 
     @tf.custom_gradient
     def fused(rows, weights):
         loss_sum, correct, row_gradients, weight_gradients = _chunk_loop(
-            rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,
-            with_gradients=True)
+            rows, weights, row_targets, real_rows, label_smoothing, chunk_rows, True,
+            fixed_chunk_shape)
 
         def gradient(loss_sum_upstream, unused_correct_upstream):
             return (tf.cast(loss_sum_upstream * row_gradients, rows.dtype),

@@ -43,6 +43,7 @@ class TrainingSteps:
         # The weight gradients through OpenBLAS where t2t_lite.blas can (a CPU, float32), unless
         # XLA compiles the step: XLA cannot compile that op.
         self.blas_weight_gradients = blas_weight_gradients and not jit_compile
+        self.jit_compile = jit_compile  # XLA needs the output layer's chunks of one shape
         if not optimizer.built:  # its slots must be created in the strategy's scope
             with self.strategy.scope():
                 optimizer.build(model.trainable_variables)
@@ -78,7 +79,8 @@ class TrainingSteps:
             loss_sum, tokens, correct = output_layer_loss.loss_sum_tokens_and_correct(
                 self.model.decoder_output(features, training=training),
                 self.model.softmax_weights, targets, hp.label_smoothing,
-                hp.output_layer_chunk_rows, with_gradients=training)
+                hp.output_layer_chunk_rows, with_gradients=training,
+                fixed_chunk_shape=self.jit_compile)
         else:
             logits = self.model(features, training=training)
             loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets, hp.label_smoothing)

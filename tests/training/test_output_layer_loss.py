@@ -29,9 +29,9 @@ def unfused(hidden, weights, targets):
     return loss_sum, tokens, losses.correct_tokens(logits, targets)
 
 
-def fused(chunk_rows, with_gradients=True):
+def fused(chunk_rows, with_gradients=True, fixed_chunk_shape=True):
     return lambda hidden, weights, targets: output_layer_loss.loss_sum_tokens_and_correct(
-        hidden, weights, targets, EPS, chunk_rows, with_gradients)
+        hidden, weights, targets, EPS, chunk_rows, with_gradients, fixed_chunk_shape)
 
 
 def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=False,
@@ -53,17 +53,19 @@ def values_and_gradients(loss_function, hidden, weights, targets, jit_compile=Fa
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 7, 16, 45, 1024])
-@pytest.mark.parametrize("jit_compile, allow_blas", [(False, False), (True, False),
-                                                     (False, True)])
+@pytest.mark.parametrize("jit_compile, allow_blas, fixed_chunk_shape", [
+    (False, False, True), (True, False, True), (False, True, True),
+    (False, False, False), (False, True, False)])  # a last chunk of the real rows left
 def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile, allow_blas,
-                                                        request):
+                                                        fixed_chunk_shape, request):
     if allow_blas:
         request.getfixturevalue("blas_op")  # skipped where the op cannot be built
     hidden, weights, targets = batch()
     (want, want_gradients) = values_and_gradients(unfused, hidden, weights, targets)
     traced = set()
-    (got, got_gradients) = values_and_gradients(fused(chunk_rows), hidden, weights, targets,
-                                                jit_compile, allow_blas, traced)
+    (got, got_gradients) = values_and_gradients(fused(chunk_rows, True, fixed_chunk_shape),
+                                                hidden, weights, targets, jit_compile,
+                                                allow_blas, traced)
     assert ("T2tLiteBlasMatMul" in traced) == allow_blas  # the gradient products, in the loop
     assert float(got[1]) == float(want[1]) > 0  # real target tokens
     assert float(got[2]) == float(want[2])  # targets predicted right
@@ -74,21 +76,42 @@ def test_loss_counts_and_gradients_equal_the_full_logits(chunk_rows, jit_compile
                                    rtol=1e-4, atol=1e-6)
 
 
-def test_padding_positions_get_no_gradient_and_change_nothing():
+@pytest.mark.parametrize("fixed_chunk_shape", [True, False])
+def test_padding_positions_get_no_gradient_and_change_nothing(fixed_chunk_shape):
     hidden, weights, targets = batch(seed=1)
-    (loss, _, _), (hidden_gradient, _) = values_and_gradients(fused(4), hidden, weights,
+    loss_function = fused(4, True, fixed_chunk_shape)
+    (loss, _, _), (hidden_gradient, _) = values_and_gradients(loss_function, hidden, weights,
                                                               targets)
     pad = (targets.numpy() == 0)
     assert np.all(hidden_gradient.numpy()[pad] == 0.0)
     noisy = tf.where(tf.constant(pad)[..., None], hidden * 100.0 + 5.0, hidden)
-    (noisy_loss, _, _), _ = values_and_gradients(fused(4), noisy, weights, targets)
+    (noisy_loss, _, _), _ = values_and_gradients(loss_function, noisy, weights, targets)
     assert float(noisy_loss) == pytest.approx(float(loss), rel=1e-6)
 
 
-def test_evaluation_without_gradients_gives_the_same_counts():
+def test_chunks_of_the_real_rows_never_read_a_padding_position():
+    """Without fixed chunk shapes the last chunk holds only the real rows left, so even NaN
+    activations at padding positions leave the loss and the gradients as they were (a chunk
+    filled up to its fixed size computes padding rows and drops their results after)."""
+    hidden, weights, targets = batch(seed=1)
+    pad = tf.constant(targets.numpy() == 0)[..., None]
+    poisoned = tf.where(pad, float("nan"), hidden)
+    for chunk_rows in (4, 7, 1024):
+        (want, want_gradients) = values_and_gradients(fused(chunk_rows, True, False), hidden,
+                                                      weights, targets)
+        (got, got_gradients) = values_and_gradients(fused(chunk_rows, True, False), poisoned,
+                                                    weights, targets)
+        assert [float(v) for v in got] == [float(v) for v in want]
+        for got_gradient, want_gradient in zip(got_gradients, want_gradients):
+            np.testing.assert_array_equal(tf.convert_to_tensor(got_gradient).numpy(),
+                                          tf.convert_to_tensor(want_gradient).numpy())
+
+
+@pytest.mark.parametrize("fixed_chunk_shape", [True, False])
+def test_evaluation_without_gradients_gives_the_same_counts(fixed_chunk_shape):
     hidden, weights, targets = batch(seed=2)
     want = unfused(hidden, weights, targets)
-    got = fused(8, with_gradients=False)(hidden, weights, targets)
+    got = fused(8, False, fixed_chunk_shape)(hidden, weights, targets)
     np.testing.assert_allclose([float(v) for v in got], [float(v) for v in want], rtol=1e-5)
 
 
