@@ -85,8 +85,8 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         offsets = tf.range(size)
         h = tf.cast(tf.slice(rows, [start, 0], [size, -1]), tf.float32)
         y = tf.slice(row_targets, [start], [size])
-        real = tf.cast(start + offsets < real_rows, tf.float32)
-        logits = tf.matmul(h, weights, transpose_b=True)  # [chunk_rows, vocab], float32
+        real = tf.cast(start + offsets < real_rows, tf.float32)  # all 1 unless fixed
+        logits = tf.matmul(h, weights, transpose_b=True)  # [size, vocab], float32
         # logsumexp by hand, keeping exp(logits - max) for the gradient's softmax: one Exp
         # over the chunk's logits instead of two.
         row_max = tf.reduce_max(logits, axis=-1)
