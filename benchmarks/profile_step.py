@@ -22,10 +22,25 @@ fuses the step into clusters whose time the profiler cannot split by operation):
    on x86-64 unless TF_ENABLE_ONEDNN_OPTS says otherwise); the profile of 1. runs with the
    kernels this process loaded, named in its header.
 
+4. The step's products alone (--products_rounds, 0 leaves it out): every matrix product of the
+   profiled steps and nothing else: the dense layers forward with their input and weight
+   gradients, the pre-softmax projection over the real target positions in chunks of
+   output_layer_chunk_rows with its two gradients, and the attention's batched products, two
+   forward and four backward. Each product has operands of its own, as in a step, where every
+   layer reads its own activations and gradients from memory, and runs on the step's kernel
+   (TensorFlow's for the forward and input-gradient products, t2t_lite.blas.matmul's where the
+   step uses it). One graph per batch, timed in rounds that alternate with the whole steps on
+   the same batches. That is the time a step made of nothing but its products would take, so
+   the model FLOPs of those batches (train_speed's MFU count) over it, divided by the best
+   float32 matmul rate of the run (reporting.matmul_backends: each backend in its own process
+   on 2048^3 and on the step's dense shapes, where every run repeats one product on the same
+   operands), is the highest MFU that such a step reaches on this machine.
+
 Prints the tables and writes the JSON; the numbers compare only within one run on one machine.
 """
 import collections
 import json
+import math
 import os
 import re
 import statistics
@@ -40,6 +55,8 @@ import training_run  # noqa: E402  (benchmarks/training_run.py)
 from training_run import PROBLEM  # noqa: E402
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
+
+from t2t_lite.blas import matmul as blas  # noqa: E402
 
 ONEDNN = reporting.ONEDNN
 # name: (intra-op threads, inter-op threads, hparams overrides, TF_ENABLE_ONEDNN_OPTS; None: the
@@ -75,6 +92,8 @@ common.define_thread_flags()  # the profile's; each variant's process gets the v
 flags.DEFINE_integer("warmup_steps", 3, "Untimed steps before the profiled or timed ones.")
 flags.DEFINE_integer("steps", 8, "Profiled steps, and timed steps of each variant.")
 flags.DEFINE_integer("pipeline_batches", 200, "Batches read to time the input pipeline.")
+flags.DEFINE_integer("products_rounds", 3, "Rounds of the whole steps against the step's "
+                     "products alone (section 4); 0 leaves that section out.")
 flags.DEFINE_list("variants", list(VARIANTS), "Variants to time, each in its own process.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.DEFINE_string("variant_child", None, "(internal) time this variant and print its JSON.")
@@ -116,6 +135,105 @@ def standalone_rates(shapes):
     flops = {reporting.shape_key(shape): value
              for shape, value in training_run.shape_flops(shapes).items()}
     return rates, reporting.flop_weighted_gflops(rates, flops)
+
+
+def step_products(batch, hparams, vocab_size) -> list:
+    """The matrix products of one training step on `batch`, as (a's shape, b's shape,
+    transpose_a, transpose_b, through blas.matmul), each on the kernel the step runs it on: a dense
+    layer x [m, k] · W [k, n] forward by tf.matmul, dy · W^T by tf.matmul, x^T · dy by
+    blas.matmul; the pre-softmax projection h · E^T by tf.matmul and both of its gradients,
+    e · E and e^T · h, by blas.matmul (training/output_layer_loss.py), over the real targets in
+    chunks of output_layer_chunk_rows; each attention's q k^T and w v, and backward dw = do v^T,
+    dv = w^T do, dq = ds k, dk = ds^T q, all by tf.matmul."""
+    products = []
+    for (m, k, n), count in training_run.dense_shapes(batch, hparams, vocab_size).items():
+        if (k, n) == (hparams.hidden_size, vocab_size):
+            continue  # the pre-softmax projection, below
+        products += [((m, k), (k, n), False, False, False), ((m, n), (k, n), False, True, False),
+                     ((m, k), (m, n), True, False, True)] * count
+    d = hparams.hidden_size
+    real_targets = int((batch["targets"].numpy() != 0).sum())
+    chunk_rows = getattr(hparams, "output_layer_chunk_rows", 0) or real_targets
+    for start in range(0, real_targets, chunk_rows):
+        rows = min(chunk_rows, real_targets - start)
+        products += [((rows, d), (vocab_size, d), False, True, False),
+                     ((rows, vocab_size), (vocab_size, d), False, False, True),
+                     ((rows, vocab_size), (rows, d), True, False, True)]
+    batch_rows, source = batch["inputs"].shape
+    target = batch["targets"].shape[1]
+    heads = hparams.num_heads
+    for queries, keys, layers in ((source, source, hparams.encoder_layers),
+                                  (target, target, hparams.decoder_layers),
+                                  (target, source, hparams.decoder_layers)):
+        q, kv, w = ((batch_rows, heads, length, width) for length, width in (
+            (queries, d // heads), (keys, d // heads), (queries, keys)))
+        products += [(q, kv, False, True, False), (w, kv, False, False, False),
+                     (q, kv, False, True, False), (w, q, True, False, False),
+                     (w, kv, False, False, False), (w, q, True, False, False)] * layers
+    return products
+
+
+def product_flops(products) -> int:
+    """2 · m · k · n of each product, times its leading (batch) dimensions, summed."""
+    total = 0
+    for a, b, transpose_a, transpose_b, _ in products:
+        m, k = (a[-1], a[-2]) if transpose_a else (a[-2], a[-1])
+        n = b[-2] if transpose_b else b[-1]
+        total += 2 * math.prod(a[:-2]) * m * k * n
+    return total
+
+
+@tf.function(reduce_retracing=False)
+def _run_products(operands, plan):
+    """Every product of `plan` (step_products) on its own pair of `operands`; returns one
+    element of each, summed, so that all of them are computed and read back."""
+    picked = []
+    for (a, b), (_, _, transpose_a, transpose_b, through_blas) in zip(operands, plan):
+        if through_blas:
+            product = blas.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+        else:
+            product = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+        picked.append(tf.reshape(product, [-1])[0])
+    return tf.add_n(picked)
+
+
+def products_seconds(products) -> float:
+    """Seconds of `_run_products` on fresh random operands of `products` (made before the
+    clock starts), traced and run with the BLAS op allowed, as in a training step."""
+    operands = [(tf.random.uniform(a, -1, 1), tf.random.uniform(b, -1, 1))
+                for a, b, _, _, _ in products]
+    plan = tuple(products)
+    with blas.allowed():
+        _run_products.get_concrete_function(operands, plan)  # traced once per batch shape
+        start = time.perf_counter()
+        _run_products(operands, plan).numpy()
+    return time.perf_counter() - start
+
+
+def products_against_steps(steps, batch_list, hparams, vocab_size, parameters):
+    """Section 4: --products_rounds rounds, each the whole steps of `batch_list`, then their
+    products alone; per round the seconds of each and their ratio."""
+    plans = [step_products(batch, hparams, vocab_size) for batch in batch_list]
+    for plan in plans:  # an untimed round: traces each batch shape, and makes oneDNN's
+        products_seconds(plan)  # primitives for its shapes, as the warm-up steps did
+    rounds = []
+    for index in range(FLAGS.products_rounds):
+        print(f"products alone against whole steps, round {index + 1} of "
+              f"{FLAGS.products_rounds}", flush=True)
+        timed = training_run.timed_steps(steps, batch_list)
+        products = sum(products_seconds(plan) for plan in plans)
+        step_seconds = sum(step["seconds"] for step in timed)
+        rounds.append({"step_seconds": step_seconds, "products_seconds": products,
+                       "products_share": products / step_seconds})
+    source = sum(step["inputs_real"] for step in timed)
+    target = sum(step["targets_real"] for step in timed)
+    flops = sum(product_flops(plan) for plan in plans)
+    products = statistics.median(r["products_seconds"] for r in rounds)
+    return {"rounds": rounds, "batches": len(batch_list), "product_flops": flops,
+            "model_flops": training_run.model_flops(parameters, source, target),
+            "products_seconds": products,
+            "step_seconds": statistics.median(r["step_seconds"] for r in rounds),
+            "products_gflops": flops / products / 1e9}
 
 
 def op_profile(steps, batch_list):
@@ -198,6 +316,17 @@ def print_tables(result):
     print(f"input pipeline alone: {p['batches_per_s']:.1f} batches/s; training: "
           f"{p['steps_per_s']:.2f} steps/s ({p['batches_per_s'] / p['steps_per_s']:.0f} times "
           f"faster than it is read)")
+    if "products_alone" in result:
+        a, best = result["products_alone"], result["products_alone"]["best_matmul"]
+        print(f"\nthe step's products alone ({a['batches']} batches, each product on its own "
+              f"operands; {len(a['rounds'])} rounds alternating with the whole steps):")
+        print("  per round, products / whole steps: " + ", ".join(
+            f"{r['products_seconds']:.2f} / {r['step_seconds']:.2f} s" for r in a["rounds"]))
+        print(f"  products {a['products_gflops']:.0f} GFLOP/s ({a['product_flops'] / 1e9:.0f} "
+              f"GFLOP); best float32 matmul of the run {best['gflops']:.0f} GFLOP/s "
+              f"({best['backend']}, {best['shape']})")
+        print(f"  MFU of a step made of its products alone: {100 * a['mfu_of_products_alone']:.1f}%"
+              f"; of the whole steps: {100 * a['mfu_of_steps']:.1f}% (medians over rounds)")
     if result["variants"]:
         header = (f"\n{'variant':<20}{'intra':>6}{'inter':>6}{'oneDNN':>7}{'target tok/s':>14}"
                   f"{'vs first':>9}")
@@ -244,6 +373,20 @@ def main(unused_argv):
         "matmul_seconds_at_standalone_rate": flops / len(profiled) / weighted / 1e9})
     result["pipeline"] = {"batches_per_s": pipeline_rate(problem, hparams),
                           "steps_per_s": len(seconds) / sum(seconds)}
+    if FLAGS.products_rounds:
+        parameters = training_run.parameter_counts(steps.model, hparams, vocab_size)
+        alone = products_against_steps(steps, profiled, hparams, vocab_size, parameters)
+        dense = training_run.dense_shapes(profiled[0], hparams, vocab_size)
+        shapes = [reporting.SQUARE] + [shape for shape in dense if shape != reporting.SQUARE]
+        print(f"float32 matmul rates ({len(shapes)} shapes, {len(reporting.MATMUL_BACKENDS)} "
+              "backends)", flush=True)
+        alone["best_matmul"] = reporting.best_rate(
+            {"after": reporting.matmul_backends(shapes, runs=5)})
+        alone["mfu_of_products_alone"] = (alone["model_flops"] / alone["products_seconds"]
+                                          / (alone["best_matmul"]["gflops"] * 1e9))
+        alone["mfu_of_steps"] = (alone["model_flops"] / alone["step_seconds"]
+                                 / (alone["best_matmul"]["gflops"] * 1e9))
+        result["products_alone"] = alone
     result["variants"] = time_variants()
     print_tables(result)
     if FLAGS.output_json:

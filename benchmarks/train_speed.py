@@ -61,7 +61,6 @@ from reporting import ONEDNN  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
-import tensorflow as tf  # noqa: E402  (after common: its quiet start)
 
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf", "run.py")
 PEER_NO_PYTHON = 3  # run.py's exit status when no Python 3.10 or 3.11 exists for OpenNMT-tf
@@ -101,18 +100,6 @@ flags.register_validator("modes", lambda modes: modes and set(modes) <= set(MODE
 
 
 # --- One t2t_lite round (the contestant's own process) -------------------------------------------
-
-def parameter_counts(model):
-    """{"source_side": N_src, "target_side": N_tgt, "embedding": ...}, as in the docstring."""
-    counts = {"source_side": 0, "target_side": 0, "embedding": 0}
-    for variable in model.trainable_variables:
-        path = variable.path  # e.g. transformer/decoder_layer_0/self_attention/query/kernel
-        source = path.split("/")[1].startswith("encoder_") or any(
-            f"encoder_decoder_attention/{name}/" in path for name in ("key", "value"))
-        group = "source_side" if source else "target_side"
-        counts["embedding" if path.endswith("/embeddings") else group] += int(tf.size(variable))
-    return counts
-
 
 def run_mode(mode, problem, hparams, vocab_size):
     """(the trained Keras model, this round's rates and timings) of t2t_lite in `mode`."""
@@ -159,8 +146,7 @@ def contestant_child(mode):
     problem = registry.problem(PROBLEM)
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     model, stats = run_mode(mode, problem, hparams, vocab_size)
-    stats["parameters"] = {**parameter_counts(model), "total": model.count_params(),
-                           "softmax_d_times_v": hparams.hidden_size * vocab_size}
+    stats["parameters"] = training_run.parameter_counts(model, hparams, vocab_size)
     stats["onednn"] = reporting.onednn_enabled()
     print("CONTESTANT " + json.dumps(stats))
 
@@ -287,13 +273,6 @@ def run_rounds(entries, hparams) -> list:
 
 # --- Summaries -----------------------------------------------------------------------------------
 
-def model_flops_per_s(parameters, stats):
-    """6 · (N_src · S + (N_tgt + d · V) · T), as in the docstring."""
-    return 6 * (parameters["source_side"] * stats["source_tokens_per_s"] + (
-        parameters["target_side"] + parameters["softmax_d_times_v"])
-        * stats["target_tokens_per_s"])
-
-
 def per_round(entry, key="target_tokens_per_s") -> list:
     return [result.get(key) if result else None for result in entry["rounds"]]
 
@@ -320,7 +299,8 @@ def summarize(entry, parameters, peak_gflops):
             "distinct_shapes": max(r["distinct_shapes"] for r in ran)})
     else:
         summary["toolkit"] = ran[0]["toolkit"]
-    summary["model_flops_per_s"] = model_flops_per_s(parameters, summary)
+    summary["model_flops_per_s"] = training_run.model_flops(
+        parameters, summary["source_tokens_per_s"], summary["target_tokens_per_s"])
     summary["mfu"] = summary["model_flops_per_s"] / (peak_gflops * 1e9)
     return summary
 

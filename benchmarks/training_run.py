@@ -1,8 +1,8 @@
 """What train_speed.py and profile_step.py share: their data and hparams flags, a fresh
 `transformer` trained as t2t_lite-trainer trains it (TrainingSteps) on the seeded training
 batches, the clock of every training-speed figure (a step is timed until its counts are read
-back), and the matrix-multiply shapes of a step's dense layers (whose rates alone bound the
-step)."""
+back), the matrix-multiply shapes of a step's dense layers (whose rates alone bound the
+step), and the model FLOPs that MFU counts."""
 import collections
 import math
 import os
@@ -83,3 +83,27 @@ def shape_flops(shapes) -> dict:
     """{(m, k, n): FLOPs of all the matmuls of that shape}."""
     return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
 
+
+
+def parameter_counts(model, hparams, vocab_size) -> dict:
+    """The weights a token passes through, as MFU counts them (train_speed.py's docstring):
+    {"source_side": N_src (the encoder, and the key and value projections of the
+    encoder-decoder attention), "target_side": N_tgt (the rest of the decoder),
+    "softmax_d_times_v": d · V (the pre-softmax projection), "embedding", "total"}."""
+    counts = {"source_side": 0, "target_side": 0, "embedding": 0}
+    for variable in model.trainable_variables:
+        path = variable.path  # e.g. transformer/decoder_layer_0/self_attention/query/kernel
+        source = path.split("/")[1].startswith("encoder_") or any(
+            f"encoder_decoder_attention/{name}/" in path for name in ("key", "value"))
+        group = "source_side" if source else "target_side"
+        counts["embedding" if path.endswith("/embeddings") else group] += int(
+            math.prod(variable.shape))
+    return {**counts, "total": model.count_params(),
+            "softmax_d_times_v": hparams.hidden_size * vocab_size}
+
+
+def model_flops(parameters, source_tokens, target_tokens) -> float:
+    """6 · (N_src · S + (N_tgt + d · V) · T): 2 FLOPs forward and 4 backward per weight and
+    token, for S source and T target tokens (or tokens per second)."""
+    return 6 * (parameters["source_side"] * source_tokens + (
+        parameters["target_side"] + parameters["softmax_d_times_v"]) * target_tokens)
