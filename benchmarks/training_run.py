@@ -84,7 +84,6 @@ def shape_flops(shapes) -> dict:
     return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
 
 
-
 def parameter_counts(model, hparams, vocab_size) -> dict:
     """The weights a token passes through, as MFU counts them (train_speed.py's docstring):
     {"source_side": N_src (the encoder, and the key and value projections of the
