@@ -365,8 +365,8 @@ def main(unused_argv):
         "top_types": [(op, s / len(profiled)) for op, s in self_seconds.most_common(8)],
         "matmul_gflops": flops / sum(s for op, s in self_seconds.items()
                                      if group_of(op) == "matrix multiplies") / 1e9}
-    shape_rates, weighted = standalone_rates(
-        training_run.dense_shapes(profiled[0], hparams, vocab_size))
+    dense = training_run.dense_shapes(profiled[0], hparams, vocab_size)
+    shape_rates, weighted = standalone_rates(dense)
     result["ops"].update({
         "matmul_gflop_per_step": flops / len(profiled) / 1e9,
         "standalone_gflops_by_shape": shape_rates, "standalone_gflops_weighted": weighted,
@@ -376,8 +376,7 @@ def main(unused_argv):
     if FLAGS.products_rounds:
         parameters = training_run.parameter_counts(steps.model, hparams, vocab_size)
         alone = products_against_steps(steps, profiled, hparams, vocab_size, parameters)
-        dense = training_run.dense_shapes(profiled[0], hparams, vocab_size)
-        shapes = [reporting.SQUARE] + [shape for shape in dense if shape != reporting.SQUARE]
+        shapes = reporting.square_and(dense)
         print(f"float32 matmul rates ({len(shapes)} shapes, {len(reporting.MATMUL_BACKENDS)} "
               "backends)", flush=True)
         alone["best_matmul"] = reporting.best_rate(

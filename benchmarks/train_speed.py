@@ -454,7 +454,7 @@ def main(unused_argv):
     shape_hparams, batch = first_timed_batch(problem, hparams)
     dense = training_run.dense_shapes(batch, shape_hparams, vocab_size)
     dense_flops = {reporting.shape_key(s): f for s, f in training_run.shape_flops(dense).items()}
-    shapes = [reporting.SQUARE] + [s for s in dense if s != reporting.SQUARE]
+    shapes = reporting.square_and(dense)
     print(f"float32 matmul rates before the rounds ({len(shapes)} shapes, "
           f"{len(reporting.MATMUL_BACKENDS)} backends)", flush=True)
     matmul = {"before": measure_matmuls(shapes, dense_flops),
