@@ -1,0 +1,142 @@
+"""The quality race's tables and picture, from its record (race.py's race.json).
+
+    python benchmarks/race_report.py RACE_JSON [--updates_per_minute=t2t_lite=40,eole=35,...]
+
+The sweep table: every schedule a toolkit tried, its warmup beside the updates trained, the dev
+BLEU at each milestone up to the choice and which was chosen, and how long the choice took.
+The race table: each toolkit's chosen run, dev BLEU at every milestone and test BLEU at the
+last. The picture: dev BLEU against updates and, with each toolkit's updates per minute from
+one alternating speed run (train_speed.py --compare), against minutes.
+"""
+import argparse
+import json
+import os
+
+NAMES = {"t2t_lite": "t2t_lite", "opennmt_tf": "OpenNMT-tf", "eole": "eole"}
+
+
+def chosen_runs(record: dict) -> dict:
+    """{toolkit: run entry} of each toolkit's chosen schedule (or its only one)."""
+    runs = {}
+    for key, entry in record["runs"].items():
+        toolkit = entry["toolkit"]
+        choice = record.get("choices", {}).get(toolkit, {}).get("chosen")
+        if choice is None or key == f"{toolkit}/{choice}":
+            runs.setdefault(toolkit, entry)
+    return runs
+
+
+def points(entry: dict) -> list:
+    return sorted((int(step), segment["dev_bleu"]) for step, segment in
+                  entry["milestones"].items())
+
+
+def sweep_table(record: dict) -> str:
+    early = [m for m in record["milestones"] if m <= record["choose_at"]]
+    header = (f"{'toolkit':<12}{'warmup':>7}{'peak':>9}{'updates':>9}"
+              + "".join(f"{'@' + str(m):>8}" for m in early) + f"{'chosen':>8}")
+    lines = [f"schedules tried: dev BLEU (greedy, first {record['dev_sentences']} dev sentences) "
+             f"at each milestone up to the choice at {record['choose_at']} updates",
+             header, "-" * len(header)]
+    for entry in record["runs"].values():
+        toolkit = entry["toolkit"]
+        reached = max((int(step) for step in entry["milestones"]), default=0)
+        choice = record.get("choices", {}).get(toolkit, {})
+        chosen = choice.get("chosen") == f"w{entry['warmup']}_p{entry['peak']:g}"
+        cells = "".join(f"{entry['milestones'][str(m)]['dev_bleu']:>8.2f}"
+                        if str(m) in entry["milestones"] else f"{'-':>8}" for m in early)
+        lines.append(f"{NAMES[toolkit]:<12}{entry['warmup']:>7}{entry['peak']:>9.1e}"
+                     f"{reached:>9}{cells}{'*' if chosen else '':>8}")
+    for toolkit, choice in record.get("choices", {}).items():
+        lines.append(f"{NAMES[toolkit]}: the choice took {choice['seconds'] / 60:.0f} min of "
+                     "training and dev decoding")
+    return "\n".join(lines)
+
+
+def race_table(record: dict, updates_per_minute: dict) -> str:
+    milestones = record["milestones"]
+    header = (f"{'toolkit':<12}{'schedule':>14}" + "".join(f"{'@' + str(m):>8}"
+                                                           for m in milestones)
+              + f"{'test':>8}{'upd/min':>9}{'minutes':>9}")
+    lines = [f"dev BLEU at equal updates; test: test_2016_flickr at {milestones[-1]} updates, "
+             f"last {record['average_last']} checkpoints averaged, beam 4, alpha 0.6",
+             header, "-" * len(header)]
+    for toolkit, entry in chosen_runs(record).items():
+        cells = "".join(f"{entry['milestones'][str(m)]['dev_bleu']:>8.2f}"
+                        if str(m) in entry["milestones"] else f"{'-':>8}" for m in milestones)
+        last = entry["milestones"].get(str(milestones[-1]), {})
+        test = f"{last['test_bleu']:>8.2f}" if "test_bleu" in last else f"{'-':>8}"
+        rate = updates_per_minute.get(toolkit)
+        minutes = (f"{rate:>9.1f}{milestones[-1] / rate:>9.0f}" if rate
+                   else f"{'-':>9}{'-':>9}")
+        schedule = f"w{entry['warmup']} p{entry['peak']:g}"
+        lines.append(f"{NAMES[toolkit]:<12}{schedule:>14}{cells}{test}{minutes}")
+    lines.append("upd/min: updates per minute in the speed run; minutes: the last milestone's "
+                 "updates at that rate")
+    return "\n".join(lines)
+
+
+def draw(record: dict, updates_per_minute: dict, path: str):
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    panels = 2 if updates_per_minute else 1
+    figure, axes = pyplot.subplots(1, panels, figsize=(6 * panels, 4.2), dpi=110, squeeze=False)
+    for toolkit, entry in chosen_runs(record).items():
+        steps, bleu = zip(*points(entry)) if entry["milestones"] else ((), ())
+        label = f"{NAMES[toolkit]} (w{entry['warmup']}, peak {entry['peak']:g})"
+        axes[0][0].plot(steps, bleu, marker="o", label=label)
+        if panels == 2 and updates_per_minute.get(toolkit):
+            axes[0][1].plot([s / updates_per_minute[toolkit] for s in steps], bleu, marker="o",
+                            label=label)
+    axes[0][0].set_xlabel("updates (4,096 tokens a batch)")
+    if panels == 2:
+        axes[0][1].set_xlabel("minutes at each toolkit's speed in one alternating run")
+    for axis in axes[0]:
+        axis.set_ylabel(f"dev BLEU (greedy, {record['dev_sentences']} sentences)")
+        axis.set_xlim(left=0)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"{record['hparams_set']} on Multi30k de-en, each toolkit at its chosen "
+                    "schedule", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path + ".tmp", format="png")
+    pyplot.close(figure)
+    os.replace(path + ".tmp", path)
+
+
+def parse_rates(text: str) -> dict:
+    rates = {}
+    for item in filter(None, (text or "").split(",")):
+        toolkit, _, value = item.partition("=")
+        if toolkit not in NAMES:
+            raise ValueError(f"--updates_per_minute: unknown toolkit {toolkit!r} (one of "
+                             f"{', '.join(NAMES)})")
+        rates[toolkit] = float(value)
+    return rates
+
+
+def report(record: dict, updates_per_minute: dict, picture: str):
+    print("\n" + sweep_table(record) + "\n\n" + race_table(record, updates_per_minute))
+    if record["runs"]:
+        draw(record, updates_per_minute, picture)
+        print(f"picture: {picture}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("race_json")
+    parser.add_argument("--updates_per_minute", default="",
+                        help="TOOLKIT=RATE,...: updates per minute from one speed run")
+    parser.add_argument("--picture", help="default: beside the JSON, .png")
+    args = parser.parse_args()
+    with open(args.race_json, encoding="utf-8") as handle:
+        record = json.load(handle)
+    report(record, parse_rates(args.updates_per_minute),
+           args.picture or os.path.splitext(args.race_json)[0] + ".png")
+
+
+if __name__ == "__main__":
+    main()
