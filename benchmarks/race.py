@@ -74,6 +74,8 @@ flags.DEFINE_list("milestones", ["250", "500", "1000", "2000", "3000"], "Updates
                   "BLEU is read; the last one also gets the test BLEU.")
 flags.DEFINE_integer("choose_at", 1000, "The milestone at which each toolkit's schedule is "
                      "chosen by dev BLEU.")
+flags.DEFINE_boolean("choose_only", False, "Stop when every toolkit has chosen (the chosen runs "
+                     "go on when the race is run again without it).")
 flags.DEFINE_integer("save_every", 250, "Updates between checkpoints (milestones must be "
                      "multiples of it).")
 flags.DEFINE_integer("average_last", 3, "Checkpoints averaged for the test translation.")
@@ -355,7 +357,7 @@ def main(unused_argv):
                                     milestones, FLAGS.choose_at, dev, test)
         except PeerUnavailable as reason:
             print(reason)
-    for toolkit, schedule in chosen.items():
+    for toolkit, schedule in ({} if FLAGS.choose_only else chosen).items():
         for milestone in (m for m in milestones if m > FLAGS.choose_at):
             reach(record, record_path, toolkit, *schedule, milestone, dev,
                   test if milestone == milestones[-1] else None)
