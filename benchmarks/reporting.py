@@ -35,16 +35,82 @@ MATMUL_BACKENDS = {
 SQUARE = (2048, 2048, 2048)
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+# Words of a model name that name a CPU line, with its maker (the model name may lack it).
+CPU_LINES = (("EPYC", "AMD"), ("Threadripper", "AMD"), ("Ryzen", "AMD"), ("Opteron", "AMD"),
+             ("Xeon", "Intel"), ("Core", "Intel"), ("Atom", "Intel"), ("Pentium", "Intel"),
+             ("Celeron", "Intel"))
+
+
+def cpu_line(model_name: str) -> str:
+    """The CPU's line from its model name: "AMD EPYC" for "AMD EPYC 7B13 64-Core Processor",
+    "Intel Xeon" for "Intel(R) Xeon(R) Platinum 8488C"; a name of no known line comes back
+    without trademarks, clock and "Processor"."""
+    words = re.sub(r"\((R|TM|tm|r)\)|[®™]|@.*$|\b\d+-Core\b|\bProcessor\b|\bCPU\b", " ",
+                   model_name or "").split()
+    for line, maker in CPU_LINES:
+        if line in words:
+            return f"{maker} {line}"
+    return " ".join(words) or "unknown CPU"
+
+
+def cpu_kind(model_name: str, flags) -> str:
+    """A short label of what the CPU multiplies with: its line and its widest float32 and
+    bfloat16 vector instructions, e.g. "AMD EPYC, AVX2", "AMD EPYC, AVX-512 + AVX512_BF16",
+    "Intel Xeon, AVX-512 + AVX512_BF16 + AMX". Without x86 flags: the line alone."""
+    flags = set(flags)
+    if not flags:
+        return cpu_line(model_name)
+    if "avx512f" in flags:
+        isa = ["AVX-512"] + (["AVX512_BF16"] if "avx512_bf16" in flags else [])
+    else:
+        isa = ["AVX2" if "avx2" in flags else "no AVX2"]
+    if flags & {"amx_tile", "amx_bf16", "amx_int8"}:
+        isa.append("AMX")
+    return f"{cpu_line(model_name)}, {' + '.join(isa)}"
+
+
+def cpu_description(cpuinfo: str) -> dict:
+    """The first processor of a /proc/cpuinfo text: {"model_name", "vendor", "family",
+    "model", "stepping" (None where the text lacks them, e.g. off x86), "flags": {name: bool
+    for CPU_FLAGS}, "kind": cpu_kind}."""
+    fields = {}
+    for line in cpuinfo.strip().split("\n\n")[0].splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+
+    def number(key):
+        value = fields.get(key, "")
+        return int(value) if value.isdigit() else None
+
+    model_name = fields.get("model name")
+    return {"model_name": model_name, "vendor": fields.get("vendor_id"),
+            "family": number("cpu family"), "model": number("model"),
+            "stepping": number("stepping"), "flags": {name: name in flags for name in CPU_FLAGS},
+            "kind": cpu_kind(model_name, flags)}
+
+
 def machine() -> dict:
-    """CPU model, cores, AVX-512, memory and the TensorFlow and Keras versions."""
+    """The CPU, cores, memory and the TensorFlow and Keras versions. "cpu" is the CPU's kind
+    (cpu_kind: its line and its widest vector instructions, e.g. "AMD EPYC, AVX-512 +
+    AVX512_BF16"), which every table header prints ("AMD EPYC, AVX2, 2 cores, TF 2.21.0");
+    "cpu_kind" the same; "cpu_model" /proc/cpuinfo's model name; "cpu_vendor", "cpu_family",
+    "cpu_model_number", "cpu_stepping"; "cpu_flags" {avx2, avx512f, avx512_bf16, amx_tile,
+    amx_bf16, amx_int8: present}; "avx512f" as before."""
     import keras
     import tensorflow as tf
     with open("/proc/cpuinfo", encoding="utf-8") as cpu, open("/proc/meminfo") as memory:
         cpu, memory_kb = cpu.read(), re.search(r"MemTotal:\s*(\d+)", memory.read()).group(1)
-    return {"cpu": re.search(r"model name\s*: (.*)", cpu).group(1), "cores": os.cpu_count(),
-            "avx512f": " avx512f" in cpu, "memory_gb": round(int(memory_kb) / 2**20, 1),
-            "tensorflow": tf.__version__, "keras": keras.__version__,
-            "onednn": onednn_enabled()}
+    described = cpu_description(cpu)
+    return {"cpu": described["kind"], "cpu_kind": described["kind"],
+            "cpu_model": described["model_name"], "cpu_vendor": described["vendor"],
+            "cpu_family": described["family"], "cpu_model_number": described["model"],
+            "cpu_stepping": described["stepping"], "cpu_flags": described["flags"],
+            "cores": os.cpu_count(), "avx512f": described["flags"]["avx512f"],
+            "memory_gb": round(int(memory_kb) / 2**20, 1), "tensorflow": tf.__version__,
+            "keras": keras.__version__, "onednn": onednn_enabled()}
 
 
 def onednn_enabled() -> bool:

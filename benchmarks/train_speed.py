@@ -2,33 +2,46 @@
 against the fastest float32 matmul the machine runs.
 
   python benchmarks/train_speed.py --data_dir=D [--modes=no_xla_each] [--rounds=3]
-      [--compare] [--warmup_steps=20 --steps=60 --window=10] [--output_json=F]
+      [--compare] [--peers=opennmt_tf,eole] [--warmup_steps=20 --steps=60 --window=10]
+      [--work_dir=/tmp/t2t_lite_train_speed] [--output_json=F]
 
-Contestants. Each requested --modes is a contestant: t2t_lite trained as the trainer trains it
-(TrainingSteps, forward/backward XLA-compiled or not) with the project's defaults, on the seeded
-training batches (every t2t_lite contestant sees the same ones). --kernels_compare (on with
---compare) adds the first mode on TensorFlow's default kernels (TF_ENABLE_ONEDNN_OPTS=0, where
-t2t_lite asks for oneDNN), to show what oneDNN gives on this CPU; --blas_compare (on with
---compare) the first mode without the BLAS weight gradients (T2T_LITE_BLAS=0, t2t_lite/blas),
-to show what they give. --compare adds OpenNMT-tf
-(benchmarks/peers/opennmt_tf) twice: as its users run it (TensorFlow's own choice of kernels and
-thread pools) and with t2t_lite's TensorFlow settings (oneDNN, and the same --intra_op /
---inter_op_parallelism_threads).
+One clock for every toolkit: each contestant is its toolkit's own training program, run as a
+subprocess, and timed by the wall clock between that program's progress lines. Each logs every
+--window updates; a log window is the time between two lines (the first from the start of the
+training loop), and a contestant-round's rates are medians over the windows that start after its
+first --warmup_steps updates, of the real (non-pad) tokens they trained, end of sentence
+included, per second.
+
+Contestants. Each requested --modes is a contestant: t2t_lite-trainer (t2t_lite's own training
+program: its loop, callbacks and checkpoint saver, with the project's defaults) with XLA or not
+and the mode's length_bucketing, no evaluation, a checkpoint only after the last update, the
+same --intra_op / --inter_op_parallelism_threads as its users pass. Its progress lines give the
+update, target tokens per second and a timestamp; the source tokens, which they leave out, and
+the batch shapes are counted here on the same seeded batches (training_run.trainer_batches:
+the trainer's --seed, its order), and the trainer's own target tokens/s of every window must
+agree with that count within 2%. --kernels_compare (on with --compare) adds the first mode on
+TensorFlow's default kernels (TF_ENABLE_ONEDNN_OPTS=0, where t2t_lite asks for oneDNN), to show
+what oneDNN gives on this CPU; --blas_compare (on with --compare) the first mode without the BLAS
+weight gradients (T2T_LITE_BLAS=0, t2t_lite/blas), to show what they give. --compare adds every
+peer of PEERS (--peers chooses among them) twice: as its users run it (its own defaults) and
+with t2t_lite's settings. A peer is a run.py under benchmarks/peers/ with the OpenNMT-tf peer's
+contract (peers/opennmt_tf/README.md): the flags --data_dir --work_dir --train_steps --log_every
+--skip_steps --intra_op_parallelism_threads --inter_op_parallelism_threads --output_json, exit
+status 3 when it cannot run on this machine (no Python for it), and a JSON with
+target_tokens_per_s, source_tokens_per_s, steps_per_s, target_tokens_per_step, log_windows and
+toolkit, its rates medians over its toolkit's log windows of --log_every updates that start
+after --skip_steps. A peer whose run.py is missing or cannot run here is left out with the
+reason printed.
 
 Rounds. The speed of a shared or virtual machine drifts (by 1.5 times within ten minutes on the
 one these figures come from), so contestants that run one after the other are not compared on
 the same machine. The contestants run in turn, A, B, C, A, B, C, ... for --rounds rounds, each
-contestant-round in a process of its own (its environment set before TensorFlow loads) for
---warmup_steps untimed and --steps timed steps. Each pair of contestants is compared round by
-round: the ratio of their target tokens per second within a round (when they ran minutes
-apart), then the median and the spread (min-max) of those ratios over the rounds. A
-contestant's own figure is the median over rounds.
-
-In a t2t_lite round every step is timed until its counts are read back; its rates are medians
-over windows of --window timed steps (real tokens, or steps, per second), leaving out the steps
-whose padded batch shape is new under XLA, since XLA compiles each of those ("compile s": their
-time minus the median step time). The peer's rates are medians of OpenNMT-tf's own log windows
-of --window updates after its first --warmup_steps.
+contestant-round a fresh process with its environment for --warmup_steps + --steps updates.
+Each pair of contestants is compared round by round: the ratio of their target tokens per
+second within a round (when they ran minutes apart), then the median and the spread (min-max)
+of those ratios over the rounds. A contestant's own figure is the median over rounds. Under XLA
+the windows with an update of a new batch shape, which XLA compiles, are left out of t2t_lite's
+rates ("compile s": their time beyond their updates at the median update time).
 
 MFU = model FLOP/s / the best float32 matmul rate measured in the same run, by the
 6 · parameters · tokens estimate (2 FLOPs forward and 4 backward per weight and token), each
@@ -36,8 +49,8 @@ token counting the parameters it passes through:
   model FLOP/s = 6 · (N_src · S + (N_tgt + d · V) · T)
 S, T: real source and target tokens/s; N_src: the encoder and the key/value projections of the
 encoder-decoder attention; N_tgt: the rest of the decoder; d · V: the pre-softmax projection.
-Embedding lookups, attention scores (QK^T, weights·V) and padding count nothing. OpenNMT-tf
-trains the same model, so its tokens count the same FLOPs.
+Embedding lookups, attention scores (QK^T, weights·V) and padding count nothing. The peers
+train the same model, so their tokens count the same FLOPs.
 The matmul rates (reporting.matmul_backends): TensorFlow's default kernels (eager and XLA),
 TensorFlow with oneDNN (eager and XLA) and numpy's BLAS, each in its own process, on a 2048^3
 product and on each dense-layer shape of a t2t_lite step (training_run.dense_shapes of the first
@@ -58,19 +71,51 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 import training_run  # noqa: E402  (benchmarks/training_run.py)
 from reporting import ONEDNN  # noqa: E402
+import t2t_lite  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
-
-PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf", "run.py")
-PEER_NO_PYTHON = 3  # run.py's exit status when no Python 3.10 or 3.11 exists for OpenNMT-tf
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEER_UNAVAILABLE = 3  # a peer's run.py exit status when it cannot run here (no Python for it)
 ONEDNN_ON_LINE = "oneDNN custom operations are on"  # TensorFlow's log line when it loads oneDNN
+COUNT_TOLERANCE = 0.02  # the trainer's target tokens/s against the count of the same window
+OWN_THREADS = [0, 0]  # a toolkit's own choice of threads: TensorFlow's, or torch's defaults
+# run.py flags besides the contract's, as race.py passes them too: the raw data, the schedule
+# of --hparams_set, and one checkpoint, after the last update (a save inside a window would
+# count in its time).
+PEER_EXTRA_FLAGS = ("tmp_dir", "warmup_steps", "learning_rate_constant", "save_every")
+# The peers, in the order each round runs them. Each runs in two variants: "own" threads (0/0)
+# and environment, as its users run it, and t2t_lite's --intra_op / --inter_op threads.
+# "train_log": the file in the peer's work dir where its TensorFlow says whether it loaded
+# oneDNN (None: not TensorFlow). "extra_flags": those of PEER_EXTRA_FLAGS it takes.
+PEERS = [
+    {"key": "opennmt_tf", "name": "OpenNMT-tf",
+     "run": os.path.join(HERE, "peers", "opennmt_tf", "run.py"), "train_log": "train.log",
+     "extra_flags": PEER_EXTRA_FLAGS,
+     # As its users run it: no TF_ENABLE_ONEDNN_OPTS. run.py imports t2t_lite, which sets the
+     # variable to 1 when it is absent and hands its environment on to onmt-main; an empty
+     # value survives that and makes TensorFlow fall back to its own default (it logs a
+     # warning saying so). TF_CPP_MIN_LOG_LEVEL=0 keeps TensorFlow's line saying whether
+     # oneDNN is on in the peer's training log, which each round reads back.
+     # (Its rows keep the names of the tables in docs/benchmarks.md.)
+     "variants": [{"label": "as users run it", "threads": "own",
+                   "environment": {ONEDNN: "", "TF_CPP_MIN_LOG_LEVEL": "0"}},
+                  {"label": "t2t_lite's TF settings", "threads": "t2t_lite",
+                   "environment": {ONEDNN: "1", "TF_CPP_MIN_LOG_LEVEL": "0"}}]},
+    {"key": "eole", "name": "eole", "run": os.path.join(HERE, "peers", "eole", "run.py"),
+     "train_log": None,
+     "extra_flags": PEER_EXTRA_FLAGS,
+     "variants": [{"label": "as its users run it", "threads": "own", "environment": {}},
+                  {"label": "with t2t_lite's thread settings", "threads": "t2t_lite",
+                   "environment": {}}]},
+]
 
 training_run.define_flags()
 flags.DEFINE_integer("steps", 60, "Timed training steps per contestant and round.")
 flags.DEFINE_integer("warmup_steps", 20, "Untimed steps per contestant and round before the "
-                     "timed ones.")
-flags.DEFINE_integer("window", 10, "Steps per timing window.")
+                     "timed ones.", lower_bound=0)
+flags.DEFINE_integer("window", 10, "Steps per log window (every toolkit logs this often).",
+                     lower_bound=1)
 flags.DEFINE_integer("rounds", 3, "Rounds: every contestant runs once a round, in turn.",
                      lower_bound=1)
 MODES = {  # name: (XLA, hparams.length_bucketing)
@@ -81,8 +126,10 @@ MODES = {  # name: (XLA, hparams.length_bucketing)
 flags.DEFINE_list("modes", ["no_xla_each"], "t2t_lite contestants, of: " + ", ".join(
     f"{name} (XLA {'on' if xla else 'off'}, length_bucketing={bucketing})"
     for name, (xla, bucketing) in MODES.items()))
-flags.DEFINE_boolean("compare", False, "Add OpenNMT-tf (benchmarks/peers/opennmt_tf) as two "
-                     "contestants: as its users run it, and with t2t_lite's TensorFlow settings.")
+flags.DEFINE_boolean("compare", False, "Add every peer of --peers as two contestants: as its "
+                     "users run it, and with t2t_lite's settings.")
+flags.DEFINE_list("peers", [peer["key"] for peer in PEERS], "The peers --compare adds, of: "
+                  + ", ".join(f"{peer['key']} ({peer['name']})" for peer in PEERS))
 flags.DEFINE_boolean("kernels_compare", None, "Add the first of --modes on TensorFlow's default "
                      "kernels (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
 flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes without the BLAS weight "
@@ -90,71 +137,21 @@ flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes without the
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
                      "after the rounds.", lower_bound=1)
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
-flags.DEFINE_string("peer_work_dir", "/tmp/t2t_lite_peer_speed", "The peer's work folder (its "
-                    "logs of every round are kept there).")
-flags.DEFINE_string("contestant_child", None, "(internal) train this mode in this process for "
-                    "one round and print its JSON.")
-common.define_thread_flags()  # t2t_lite's, and the peer's with t2t_lite's TensorFlow settings
+flags.DEFINE_string("work_dir", "/tmp/t2t_lite_train_speed", "Folder of every contestant-round's "
+                    "output (round<R>_<contestant>.log, and a peer's .train.log), the last "
+                    "t2t_lite model and each peer's work dir.")
+common.define_thread_flags()  # t2t_lite's, and the peers' with t2t_lite's settings
 flags.register_validator("modes", lambda modes: modes and set(modes) <= set(MODES),
                          "one or more of " + ", ".join(MODES))
+flags.register_validator("peers", lambda keys: set(keys) <= {peer["key"] for peer in PEERS},
+                         "any of " + ", ".join(peer["key"] for peer in PEERS))
 
 
-# --- One t2t_lite round (the contestant's own process) -------------------------------------------
-
-def run_mode(mode, problem, hparams, vocab_size):
-    """(the trained Keras model, this round's rates and timings) of t2t_lite in `mode`."""
-    xla, bucketing = MODES[mode]
-    hparams = hparams.replace(length_bucketing=bucketing)
-    training_steps = training_run.training_steps(hparams, vocab_size, jit_compile=xla)
-    steps = training_run.timed_steps(training_steps, training_run.training_batches(
-        problem, hparams).take(FLAGS.warmup_steps + FLAGS.steps))
-    seen = set()
-    for step in steps:
-        step["new_shape"] = tuple(step["shape"]) not in seen
-        seen.add(tuple(step["shape"]))
-        # XLA compiles every new shape; without it the trace turns shape-generic after the
-        # first few shapes (reduce_retracing), within the warm-up.
-        step["compiles"] = step["new_shape"] and xla
-    timed = steps[FLAGS.warmup_steps:]
-    steady = [step for step in timed if not step["compiles"]]
-    if not steady:
-        raise ValueError("every timed step had a new batch shape: use more --steps")
-    typical = statistics.median(step["seconds"] for step in steps if not step["compiles"])
-    size = min(FLAGS.window, len(steady))
-    windows = [steady[i:i + size] for i in range(0, len(steady) - size + 1, size)]
-
-    def rates(value):  # one a window
-        return [sum(map(value, w)) / sum(s["seconds"] for s in w) for w in windows]
-
-    real = sum(s["inputs_real"] + s["targets_real"] for s in timed)
-    target = rates(lambda s: s["targets_real"])
-    return training_steps.model, {
-        "target_tokens_per_s": statistics.median(target), "window_target_tokens_per_s": target,
-        "source_tokens_per_s": statistics.median(rates(lambda s: s["inputs_real"])),
-        "steps_per_s": statistics.median(rates(lambda s: 1)),
-        "padding_fraction": 1 - real / sum(s["tensor"] for s in timed), "step_median_s": typical,
-        "warmup_seconds": sum(step["seconds"] for step in steps[:FLAGS.warmup_steps]),
-        "compile_seconds": sum(s["seconds"] - typical for s in steps if s["compiles"]),
-        "distinct_shapes": len(seen), "new_shapes_in_timed_steps": len(timed) - len(steady),
-        "steps": [{k: s[k] for k in ("seconds", "shape", "new_shape", "compiles")}
-                  for s in steps]}
-
-
-def contestant_child(mode):
-    """Trains `mode` for one round and prints "CONTESTANT {json}" (rates, the model's parameter
-    counts, and whether TensorFlow runs oneDNN in this process)."""
-    problem = registry.problem(PROBLEM)
-    hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
-    model, stats = run_mode(mode, problem, hparams, vocab_size)
-    stats["parameters"] = training_run.parameter_counts(model, hparams, vocab_size)
-    stats["onednn"] = reporting.onednn_enabled()
-    print("CONTESTANT " + json.dumps(stats))
-
-
-# --- The contestants and their rounds ------------------------------------------------------------
+# --- The contestants -----------------------------------------------------------------------------
 
 def contestants() -> list:
-    """[{name, kind, mode, environment changes, threads}] in the order each round runs them."""
+    """[{name, kind, mode or peer, environment changes, threads}] in the order each round runs
+    them; a peer that cannot run has "dropped" (why) set."""
     own_threads = [FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads]
     result = [{"name": f"t2t_lite {mode}", "kind": "t2t_lite", "mode": mode,
                # the project's default kernels (oneDNN on x86-64, t2t_lite/cpu_kernels.py)
@@ -172,18 +169,30 @@ def contestants() -> list:
                        "mode": FLAGS.modes[0], "environment": {ONEDNN: "0"},
                        "threads": own_threads})
     if FLAGS.compare:
-        # As its users run it: no TF_ENABLE_ONEDNN_OPTS. run.py imports t2t_lite, which sets the
-        # variable to 1 when it is absent and hands its environment on to onmt-main; an empty
-        # value survives that and makes TensorFlow fall back to its own default (it logs a
-        # warning saying so). TF_CPP_MIN_LOG_LEVEL=0 keeps TensorFlow's line saying whether
-        # oneDNN is on in the peer's training log, which each round reads back.
-        result.append({"name": "OpenNMT-tf as users run it", "kind": "peer",
-                       "environment": {ONEDNN: "", "TF_CPP_MIN_LOG_LEVEL": "0"},
-                       "threads": [0, 0]})
-        result.append({"name": "OpenNMT-tf t2t_lite's TF settings", "kind": "peer",
-                       "environment": {ONEDNN: "1", "TF_CPP_MIN_LOG_LEVEL": "0"},
-                       "threads": own_threads})
+        for peer in PEERS:
+            if peer["key"] in FLAGS.peers:
+                result += peer_contestants(peer, own_threads)
     return result
+
+
+def peer_contestants(peer, own_threads) -> list:
+    """The peer's two contestants. Left out ("dropped"), with the reason printed: all when its
+    run.py does not exist, the second when it would run just as the first (t2t_lite's threads
+    are the toolkit's own choice too, and nothing else differs)."""
+    missing = None if os.path.exists(peer["run"]) else f"{peer['run']} does not exist"
+    entries = []
+    for variant in peer["variants"]:
+        threads = OWN_THREADS if variant["threads"] == "own" else list(own_threads)
+        entry = {"name": f"{peer['name']} {variant['label']}", "kind": "peer",
+                 "peer": peer["key"], "environment": variant["environment"], "threads": threads}
+        same = next((e for e in entries if e["threads"] == threads
+                     and e["environment"] == variant["environment"]), None)
+        if missing or same:
+            entry["dropped"] = missing or (f"would run as {same['name']} (t2t_lite's threads "
+                                           f"{threads[0]}/{threads[1]} are its own choice too)")
+            print(f"{entry['name']} left out: {entry['dropped']}")
+        entries.append(entry)
+    return entries
 
 
 def thread_flags(threads) -> list:
@@ -191,52 +200,149 @@ def thread_flags(threads) -> list:
             f"--inter_op_parallelism_threads={threads[1]}"]
 
 
-def run_t2t_lite(contestant) -> dict:
-    command = [sys.executable, os.path.abspath(__file__),
-               f"--contestant_child={contestant['mode']}", f"--data_dir={FLAGS.data_dir}",
-               f"--tmp_dir={FLAGS.tmp_dir}", f"--hparams_set={FLAGS.hparams_set}",
-               f"--hparams={FLAGS.hparams}", f"--warmup_steps={FLAGS.warmup_steps}",
-               f"--steps={FLAGS.steps}", f"--window={FLAGS.window}",
-               *thread_flags(contestant["threads"])]
-    return reporting.run_child(command, reporting.child_environment(contestant["environment"]),
-                               "CONTESTANT")
+def round_stem(entry, round_index) -> str:
+    """work_dir/round<R>_<contestant>: the start of the round's file names."""
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    return os.path.join(FLAGS.work_dir, f"round{round_index + 1}_" + "".join(
+        c if c.isalnum() else "_" for c in entry["name"]))
 
 
-def run_peer(contestant, hparams, round_index) -> dict:
-    """One round of OpenNMT-tf (see peers/opennmt_tf/README.md); its output and training log
-    are kept in --peer_work_dir as round<R>_<contestant>.log and .train.log."""
-    os.makedirs(FLAGS.peer_work_dir, exist_ok=True)
-    stem = os.path.join(FLAGS.peer_work_dir, f"round{round_index + 1}_" + "".join(
-        c if c.isalnum() else "_" for c in contestant["name"]))
-    json_path = stem + ".json"
-    command = [sys.executable, PEER, f"--data_dir={FLAGS.data_dir}", f"--tmp_dir={FLAGS.tmp_dir}",
-               f"--work_dir={FLAGS.peer_work_dir}",
-               f"--train_steps={FLAGS.warmup_steps + FLAGS.steps}",
-               f"--warmup_steps={hparams.learning_rate_warmup_steps}",
-               f"--learning_rate_constant={hparams.learning_rate_constant}",
-               f"--log_every={FLAGS.window}", f"--skip_steps={FLAGS.warmup_steps}",
-               f"--save_every={FLAGS.warmup_steps + FLAGS.steps}", f"--output_json={json_path}",
-               *thread_flags(contestant["threads"])]
-    environment = reporting.child_environment(contestant["environment"])
+def log_tail(path, lines=30) -> str:
+    with open(path, encoding="utf-8", errors="replace") as log:
+        return "".join(log.readlines()[-lines:])
+
+
+# --- One round of t2t_lite-trainer ---------------------------------------------------------------
+
+def mode_hparams(mode) -> str:
+    """--hparams of the trainer in `mode`: this run's overrides with the mode's bucketing."""
+    return ",".join(filter(None, [FLAGS.hparams, f"length_bucketing={MODES[mode][1]}"]))
+
+
+def run_trainer(entry, round_index, updates, parameters) -> dict:
+    """One round of t2t_lite-trainer in the entry's mode, environment and threads, its output
+    (stdout and stderr) in round<R>_<contestant>.log. Rates over its log windows
+    (training_run.trainer_windows, with `updates`: the tokens of the batches it trains on)."""
+    stem = round_stem(entry, round_index)
+    output_dir = os.path.join(FLAGS.work_dir, "t2t_lite_model")
+    shutil.rmtree(output_dir, ignore_errors=True)  # a fresh model every round
+    train_steps = FLAGS.warmup_steps + FLAGS.steps
+    xla = MODES[entry["mode"]][0]
+    command = [sys.executable, "-m", "t2t_lite.bin.trainer", f"--problem={PROBLEM}",
+               "--model=transformer", f"--hparams_set={FLAGS.hparams_set}",
+               f"--hparams={mode_hparams(entry['mode'])}", f"--data_dir={FLAGS.data_dir}",
+               f"--output_dir={output_dir}", f"--train_steps={train_steps}",
+               f"--log_every_steps={FLAGS.window}", f"--eval_every={train_steps}",
+               "--eval_steps=0", "--eval_bleu_sentences=0",
+               f"--save_checkpoints_steps={train_steps}", "--keep_checkpoint_max=1",
+               "--jit_compile" if xla else "--nojit_compile",
+               f"--seed={training_run.TRAINER_SEED}", *thread_flags(entry["threads"])]
+    # TensorFlow's start-up lines kept, among them whether it loaded oneDNN.
+    environment = reporting.child_environment(
+        {**entry["environment"], "TF_CPP_MIN_LOG_LEVEL": "0", "T2T_LITE_VERBOSE_STARTUP": "1"})
+    launched = time.time()
     with open(stem + ".log", "w", encoding="utf-8") as log:
-        status = subprocess.run(command, stdout=log, stderr=log, env=environment).returncode
+        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                env=environment).returncode
+    wall_seconds = time.time() - launched
     if status:
-        with open(stem + ".log", encoding="utf-8") as log:
-            print("".join(log.readlines()[-30:]))
-        raise reporting.ChildFailed(f"the OpenNMT-tf peer failed (exit status {status}); its "
+        print(log_tail(stem + ".log"))
+        raise reporting.ChildFailed(f"t2t_lite-trainer failed (exit status {status}); its "
                                     f"output: {stem}.log", status)
-    train_log = os.path.join(FLAGS.peer_work_dir, "train.log")
-    shutil.copyfile(train_log, stem + ".train.log")
-    with open(json_path, encoding="utf-8") as handle:
-        result = json.load(handle)
-    with open(train_log, encoding="utf-8") as handle:
-        result["onednn"] = ONEDNN_ON_LINE in handle.read()
+    with open(stem + ".log", encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    log = training_run.parse_trainer_log(text, time.localtime(launched).tm_year)
+    if log["parameters"] != parameters["total"]:
+        raise ValueError(f"t2t_lite-trainer built {log['parameters']} parameters, this script "
+                         f"{parameters['total']}: not the same model ({stem}.log)")
+    windows = training_run.trainer_windows(log, updates)
+
+    def compiles(window):  # XLA compiles every new batch shape
+        return xla and window["new_shapes"] > 0
+
+    def updates_in(window):
+        return window["step"] - window["first_step"] + 1
+
+    kept = training_run.kept_windows(windows, FLAGS.warmup_steps, compiles)
+    off = [w for w in kept if abs(w["count_check"]) > COUNT_TOLERANCE]
+    if off:
+        w = off[0]
+        raise ValueError(
+            f"t2t_lite-trainer logged {w['logged_target_tokens_per_s']:.0f} target tokens/s for "
+            f"updates {w['first_step']}-{w['step']}, where the batches counted here give "
+            f"{w['target_tokens_per_s']:.0f}: they are not the batches it trained on ({stem}.log)")
+    result = training_run.throughput(windows, FLAGS.warmup_steps, compiles)
+    typical = statistics.median(w["seconds"] / updates_in(w) for w in kept) if kept else None
+    real = sum(w["source_tokens"] + w["target_tokens"] for w in kept)
+    positions = sum(w["positions"] for w in kept)
+    result.update({
+        "window_target_tokens_per_s": [w["target_tokens_per_s"] for w in kept],
+        "padding_fraction": 1 - real / positions if positions else None,
+        "step_median_s": typical,
+        "startup_seconds": log["start"] - launched,  # to the trainer's "training ..." line
+        "warmup_seconds": sum(w["seconds"] for w in windows
+                              if w["first_step"] <= FLAGS.warmup_steps),
+        "compile_seconds": sum(max(0.0, w["seconds"] - updates_in(w) * typical)
+                               for w in windows if compiles(w)) if typical else 0.0,
+        "distinct_shapes": len({tuple(shape) for u in updates for shape in u["shapes"]}),
+        "new_shapes_in_timed_windows": sum(w["new_shapes"] for w in windows
+                                           if w["first_step"] > FLAGS.warmup_steps),
+        "count_check_max": max((abs(w["count_check"]) for w in kept), default=None),
+        "wall_seconds": wall_seconds, "log_windows": windows,
+        "onednn": ONEDNN_ON_LINE in text, "toolkit": toolkit_name()})
     return result
 
 
-def run_rounds(entries, hparams) -> list:
+def toolkit_name() -> str:
+    import tensorflow as tf
+    return f"t2t_lite {t2t_lite.__version__} / TF {tf.__version__}"
+
+
+# --- One round of a peer -------------------------------------------------------------------------
+
+def run_peer(entry, hparams, round_index) -> dict:
+    """One round of the entry's peer (its run.py; see peers/opennmt_tf/README.md); its output
+    is kept in work_dir as round<R>_<contestant>.log, and its training log, when it has one,
+    as .train.log."""
+    peer = next(p for p in PEERS if p["key"] == entry["peer"])
+    stem = round_stem(entry, round_index)
+    work_dir = os.path.join(FLAGS.work_dir, peer["key"])
+    json_path = stem + ".json"
+    train_steps = FLAGS.warmup_steps + FLAGS.steps
+    extra = {"tmp_dir": FLAGS.tmp_dir, "warmup_steps": hparams.learning_rate_warmup_steps,
+             "learning_rate_constant": hparams.learning_rate_constant, "save_every": train_steps}
+    command = [sys.executable, peer["run"], f"--data_dir={FLAGS.data_dir}",
+               f"--work_dir={work_dir}", f"--train_steps={train_steps}",
+               f"--log_every={FLAGS.window}", f"--skip_steps={FLAGS.warmup_steps}",
+               *thread_flags(entry["threads"]), f"--output_json={json_path}",
+               *(f"--{name}={extra[name]}" for name in peer["extra_flags"])]
+    if os.path.exists(json_path):
+        os.remove(json_path)
+    environment = reporting.child_environment(entry["environment"])
+    with open(stem + ".log", "w", encoding="utf-8") as log:
+        status = subprocess.run(command, stdout=log, stderr=log, env=environment).returncode
+    if status:
+        if status != PEER_UNAVAILABLE:
+            print(log_tail(stem + ".log"))
+        raise reporting.ChildFailed(f"{peer['name']}'s run.py failed (exit status {status}); "
+                                    f"its output: {stem}.log", status)
+    with open(json_path, encoding="utf-8") as handle:
+        result = json.load(handle)
+    result.setdefault("onednn", None)
+    if peer["train_log"]:
+        train_log = os.path.join(work_dir, peer["train_log"])
+        shutil.copyfile(train_log, stem + ".train.log")
+        with open(train_log, encoding="utf-8", errors="replace") as handle:
+            result["onednn"] = ONEDNN_ON_LINE in handle.read()
+    return result
+
+
+# --- The rounds ----------------------------------------------------------------------------------
+
+def run_rounds(entries, hparams, updates, parameters) -> list:
     """Runs every contestant once a round, in turn; fills each entry's "rounds" (a result, or
-    None where it did not run) and returns the order in which they ran, with times."""
+    None where it did not run) and returns the order in which they ran, with times.
+    `updates`: {mode: the tokens of each update of its batches}."""
     order = []
     for entry in entries:
         entry["rounds"] = []
@@ -250,24 +356,31 @@ def run_rounds(entries, hparams) -> list:
             start, load = time.time(), os.getloadavg()
             try:
                 if entry["kind"] == "t2t_lite":
-                    result = run_t2t_lite(entry)
+                    result = run_trainer(entry, round_index, updates[entry["mode"]], parameters)
                 else:
                     result = run_peer(entry, hparams, round_index)
             except reporting.ChildFailed as error:
                 if entry["kind"] == "t2t_lite":
                     raise
-                reason = ("no Python 3.10 or 3.11 for it" if error.status == PEER_NO_PYTHON
-                          else str(error))
+                result = None
+                if error.status == PEER_UNAVAILABLE:  # none of the peer's contestants can run
+                    reason = (f"its run.py cannot run here (exit status {PEER_UNAVAILABLE}: no "
+                              f"Python for it; see {round_stem(entry, round_index)}.log)")
+                    for other in entries:
+                        if other.get("peer") == entry["peer"] and not other.get("dropped"):
+                            other["dropped"] = reason
+                else:
+                    entry["dropped"] = reason = str(error)
                 print(f"  left out of the remaining rounds: {reason}", flush=True)
-                entry["dropped"], result = reason, None
             seconds = time.time() - start
             order.append({"round": round_index + 1, "contestant": entry["name"],
                           "start": start, "seconds": seconds, "load_average_before": load})
             entry["rounds"].append(result)
             if result:
                 rate = result.get("target_tokens_per_s")
+                onednn = {True: "on", False: "off", None: "-"}[result["onednn"]]
                 print(f"  {'-' if rate is None else f'{rate:.0f}'} target tok/s, oneDNN "
-                      f"{'on' if result['onednn'] else 'off'}, {seconds:.0f} s", flush=True)
+                      f"{onednn}, {seconds:.0f} s", flush=True)
     return order
 
 
@@ -277,6 +390,15 @@ def per_round(entry, key="target_tokens_per_s") -> list:
     return [result.get(key) if result else None for result in entry["rounds"]]
 
 
+def distinct(values) -> list:
+    """`values` without repeats, in their order."""
+    result = []
+    for value in values:
+        if value not in result:
+            result.append(value)
+    return result
+
+
 def summarize(entry, parameters, peak_gflops):
     """The contestant's medians over rounds (and, for t2t_lite, its timings) and MFU."""
     rates = [rate for rate in per_round(entry) if rate is not None]
@@ -284,24 +406,32 @@ def summarize(entry, parameters, peak_gflops):
         return None
     median = statistics.median
     ran = [result for result in entry["rounds"] if result]
+    timed = [r for r in ran if r.get("target_tokens_per_s") is not None]
+
+    def median_of(key):  # over the rounds that have it
+        values = [r[key] for r in timed if r.get(key) is not None]
+        return median(values) if values else None
+
     summary = {"target_tokens_per_s": median(rates), "min": min(rates), "max": max(rates),
                "per_round": per_round(entry), "rounds": len(rates),
-               "source_tokens_per_s": median(
-                   r for r in per_round(entry, "source_tokens_per_s") if r is not None),
-               "steps_per_s": median(r for r in per_round(entry, "steps_per_s") if r is not None),
-               "onednn": sorted({result["onednn"] for result in ran})}
+               "source_tokens_per_s": median_of("source_tokens_per_s"),
+               "steps_per_s": median_of("steps_per_s"),
+               "target_tokens_per_step": median_of("target_tokens_per_step"),
+               "onednn": distinct(result["onednn"] for result in ran),
+               "toolkit": ran[0].get("toolkit")}
     if entry["kind"] == "t2t_lite":
         summary.update({
-            "best_window": max(max(r["window_target_tokens_per_s"]) for r in ran),
-            "padding_fraction": median(r["padding_fraction"] for r in ran),
+            "best_window": max(max(r["window_target_tokens_per_s"]) for r in timed),
+            "padding_fraction": median(r["padding_fraction"] for r in timed),
+            "startup_seconds": median(r["startup_seconds"] for r in ran),
             "warmup_seconds": median(r["warmup_seconds"] for r in ran),
             "compile_seconds": median(r["compile_seconds"] for r in ran),
             "distinct_shapes": max(r["distinct_shapes"] for r in ran)})
-    else:
-        summary["toolkit"] = ran[0]["toolkit"]
-    summary["model_flops_per_s"] = training_run.model_flops(
-        parameters, summary["source_tokens_per_s"], summary["target_tokens_per_s"])
-    summary["mfu"] = summary["model_flops_per_s"] / (peak_gflops * 1e9)
+    summary["model_flops_per_s"] = summary["mfu"] = None
+    if summary["source_tokens_per_s"] is not None:
+        summary["model_flops_per_s"] = training_run.model_flops(
+            parameters, summary["source_tokens_per_s"], summary["target_tokens_per_s"])
+        summary["mfu"] = summary["model_flops_per_s"] / (peak_gflops * 1e9)
     return summary
 
 
@@ -321,9 +451,12 @@ def ratio_pairs(entries) -> list:
 
 
 def ratios(entries) -> list:
-    """Per pair: the ratio of target tokens/s within each round, their median, min and max."""
+    """Per pair: the ratio of target tokens/s within each round, their median, min and max
+    (pairs with a contestant that never ran left out)."""
     result = []
     for a, b in ratio_pairs(entries):
+        if not (any(a["rounds"]) and any(b["rounds"])):
+            continue
         each = [x / y if x and y else None for x, y in zip(per_round(a), per_round(b))]
         valid = [value for value in each if value is not None]
         result.append({"numerator": a["name"], "denominator": b["name"], "per_round": each,
@@ -363,31 +496,41 @@ def print_matmul_table(matmul, shape_counts):
           f"{best['shape']}, {best['when']} the rounds), the MFU denominator")
 
 
+ONEDNN_TEXT = {True: "on", False: "off", None: "-"}
+
+
 def print_tables(result):
     m = result["machine"]
+    name_width = max([34] + [len(entry["name"]) + 2 for entry in result["contestants"]])
     print(f"\n{FLAGS.hparams_set} ({FLAGS.hparams or 'no overrides'}) on {PROBLEM}; {m['cpu']}, "
           f"{m['cores']} cores, TF {m['tensorflow']}; {FLAGS.rounds} rounds of "
           f"{FLAGS.warmup_steps} warm-up + {FLAGS.steps} timed steps a contestant, in turn; "
-          f"threads intra/inter-op (0: TensorFlow's choice)")
-    header = (f"{'contestant':<34}{'oneDNN':>7}{'threads':>8}{'target tok/s':>13}{'min':>6}"
-              f"{'max':>6}{'source tok/s':>13}{'steps/s':>8}{'MFU':>7}  per round")
+          f"threads intra/inter-op (0: the toolkit's own choice)")
+    header = (f"{'contestant':<{name_width}}{'oneDNN':>7}{'threads':>8}{'target tok/s':>13}"
+              f"{'min':>6}{'max':>6}{'source tok/s':>13}{'steps/s':>8}{'tgt/step':>9}{'MFU':>7}"
+              f"  per round")
     print(header + "\n" + "-" * (len(header) + 10))
     for entry in result["contestants"]:
         s = entry["summary"]
         if s is None:
-            print(f"{entry['name']:<34}  no rate: "
+            print(f"{entry['name']:<{name_width}}  no rate: "
                   f"{entry.get('dropped') or 'no log window after the warm-up steps'}")
             continue
-        onednn = "/".join("on" if on else "off" for on in s["onednn"])
-        print(f"{entry['name']:<34}{onednn:>7}{'/'.join(map(str, entry['threads'])):>8}"
+        onednn = "/".join(ONEDNN_TEXT[on] for on in s["onednn"])
+        print(f"{entry['name']:<{name_width}}{onednn:>7}"
+              f"{'/'.join(map(str, entry['threads'])):>8}"
               f"{s['target_tokens_per_s']:>13.0f}{s['min']:>6.0f}{s['max']:>6.0f}"
-              f"{s['source_tokens_per_s']:>13.0f}{s['steps_per_s']:>8.3f}"
-              f"{100 * s['mfu']:>6.1f}%  " + " ".join(fmt(r, ".0f") for r in s["per_round"]))
-    peers = [e["summary"]["toolkit"] for e in result["contestants"]
-             if e["kind"] == "peer" and e["summary"]]
-    print(f"target tok/s: median over rounds (min, max, each round) of {FLAGS.window}-step "
-          f"windows' medians; oneDNN: as TensorFlow reported in the contestant's process"
-          + (f"; OpenNMT-tf: {peers[0]}" if peers else ""))
+              f"{fmt(s['source_tokens_per_s'], '.0f'):>13}{fmt(s['steps_per_s'], '.3f'):>8}"
+              f"{fmt(s['target_tokens_per_step'], '.0f'):>9}"
+              f"{fmt(s['mfu'] and 100 * s['mfu'], '.1f'):>6}%  "
+              + " ".join(fmt(r, ".0f") for r in s["per_round"]))
+    toolkits = distinct(e["summary"]["toolkit"] for e in result["contestants"] if e["summary"])
+    print(f"target tok/s: median over rounds (min, max, each round) of the medians of the "
+          f"toolkit's own log windows of {FLAGS.window} updates after its first "
+          f"{FLAGS.warmup_steps}, each timed between two progress lines of its training "
+          f"program (t2t_lite: t2t_lite-trainer); real tokens, end of sentence included; "
+          f"tgt/step: target tokens per update; oneDNN: as TensorFlow reported in the "
+          f"contestant's log (-: not TensorFlow); " + ", ".join(filter(None, toolkits)))
     p = result["parameters"]
     print(f"MFU = 6 * ({p['source_side']:,} * source tok/s + ({p['target_side']:,} + "
           f"{p['softmax_d_times_v']:,}) * target tok/s) / {result['matmul']['best']['gflops']:.0f}"
@@ -395,35 +538,42 @@ def print_tables(result):
           f"counted)")
 
     ours = [e for e in result["contestants"] if e["kind"] == "t2t_lite" and e["summary"]]
-    header = (f"\n{'t2t_lite':<34}{'best':>6}{'padding':>8}{'warm-up s':>10}{'compile s':>10}"
-              f"{'shapes':>7}")
+    name_width = max([34] + [len(entry["name"]) + 2 for entry in ours])
+    header = (f"\n{'t2t_lite':<{name_width}}{'best':>6}{'padding':>8}{'start s':>8}"
+              f"{'warm-up s':>10}{'compile s':>10}{'shapes':>7}")
     print(header + "\n" + "-" * (len(header) - 1))
     for entry in ours:
         s = entry["summary"]
-        print(f"{entry['name']:<34}{s['best_window']:>6.0f}{100 * s['padding_fraction']:>7.1f}%"
+        print(f"{entry['name']:<{name_width}}{s['best_window']:>6.0f}"
+              f"{100 * s['padding_fraction']:>7.1f}%{s['startup_seconds']:>8.1f}"
               f"{s['warmup_seconds']:>10.1f}{s['compile_seconds']:>10.1f}"
               f"{s['distinct_shapes']:>7d}")
-    print("best: the fastest window of any round; padding: of the timed steps' positions; "
-          "warm-up s, compile s: medians over rounds; shapes: distinct padded batch shapes")
+    print("best: the fastest window of any round; padding: of the timed windows' positions; "
+          "start s: from launching t2t_lite-trainer to its training loop; warm-up s: the "
+          "windows left out at the start; compile s: XLA's new shapes; all medians over "
+          "rounds; shapes: distinct padded batch shapes (rows, source, target length)")
 
     if result["ratios"]:
-        header = (f"\n{'target tok/s ratio, same round':<68}{'median':>7}{'min':>6}{'max':>6}"
-                  f"  per round")
+        width = max([30] + [len(r["numerator"] + r["denominator"]) + 4 for r in result["ratios"]])
+        header = (f"\n{'target tok/s ratio, same round':<{width}}{'median':>7}{'min':>6}"
+                  f"{'max':>6}  per round")
         print(header + "\n" + "-" * (len(header) + 8))
         for r in result["ratios"]:
-            print(f"{r['numerator'] + ' / ' + r['denominator']:<68}{fmt(r['median'], '.2f'):>7}"
+            print(f"{r['numerator'] + ' / ' + r['denominator']:<{width}}"
+                  f"{fmt(r['median'], '.2f'):>7}"
                   f"{fmt(r['min'], '.2f'):>6}{fmt(r['max'], '.2f'):>6}  "
                   + " ".join(fmt(value, ".2f") for value in r["per_round"]))
 
 
 # --- The run -------------------------------------------------------------------------------------
 
-def first_timed_batch(problem, hparams):
-    """The batch of the first timed step of the first mode (its dense-layer shapes are the
-    ones whose matmul rates are measured)."""
-    hparams = hparams.replace(length_bucketing=MODES[FLAGS.modes[0]][1])
-    batches = training_run.training_batches(problem, hparams).skip(FLAGS.warmup_steps)
-    return hparams, next(iter(batches.take(1)))
+def mode_batches(problem, hparams, mode) -> tuple:
+    """(hparams, the batches) t2t_lite-trainer trains on in `mode`, its warm-up and timed
+    updates', in its order."""
+    hparams = hparams.replace(length_bucketing=MODES[mode][1])
+    per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
+    count = (FLAGS.warmup_steps + FLAGS.steps) * per_update
+    return hparams, list(training_run.trainer_batches(problem, hparams).take(count))
 
 
 def measure_matmuls(shapes, dense_flops) -> dict:
@@ -437,9 +587,6 @@ def measure_matmuls(shapes, dense_flops) -> dict:
 
 
 def main(unused_argv):
-    if FLAGS.contestant_child:
-        common.set_threads_from_flags()
-        return contestant_child(FLAGS.contestant_child)
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
@@ -451,8 +598,21 @@ def main(unused_argv):
                           "inter_op": FLAGS.inter_op_parallelism_threads},
               "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()}}
 
-    shape_hparams, batch = first_timed_batch(problem, hparams)
-    dense = training_run.dense_shapes(batch, shape_hparams, vocab_size)
+    # What the trainer's lines leave out, from the same model and batches: the parameter
+    # counts (MFU), and each update's tokens and shapes in every mode.
+    parameters = result["parameters"] = training_run.parameter_counts(
+        training_run.training_steps(hparams, vocab_size, jit_compile=False).model, hparams,
+        vocab_size)
+    updates, first = {}, None
+    for mode in distinct(e["mode"] for e in entries if e["kind"] == "t2t_lite"):
+        batch_hparams, batches = mode_batches(problem, hparams, mode)
+        per_update = len(batches) // (FLAGS.warmup_steps + FLAGS.steps)
+        updates[mode] = training_run.update_tokens(batches, len(batches) // per_update,
+                                                   per_update)
+        if first is None:  # the first timed batch of the first mode: its matmul shapes
+            first = (batch_hparams, batches[FLAGS.warmup_steps * per_update])
+    result["t2t_lite_updates"] = updates
+    dense = training_run.dense_shapes(first[1], first[0], vocab_size)
     dense_flops = {reporting.shape_key(s): f for s, f in training_run.shape_flops(dense).items()}
     shapes = reporting.square_and(dense)
     print(f"float32 matmul rates before the rounds ({len(shapes)} shapes, "
@@ -460,7 +620,7 @@ def main(unused_argv):
     matmul = {"before": measure_matmuls(shapes, dense_flops),
               "dense_shapes": {reporting.shape_key(s): n for s, n in dense.items()}}
 
-    result["order"] = run_rounds(entries, hparams)
+    result["order"] = run_rounds(entries, hparams, updates, parameters)
 
     print("float32 matmul rates after the rounds", flush=True)
     matmul["after"] = measure_matmuls(shapes, dense_flops)
@@ -469,8 +629,6 @@ def main(unused_argv):
     result["matmul"] = matmul
     result["machine"]["load_average_at_end"] = os.getloadavg()  # 1, 5, 15 min
 
-    first = next(r for e in entries if e["kind"] == "t2t_lite" for r in e["rounds"] if r)
-    parameters = result["parameters"] = first["parameters"]
     for entry in entries:
         entry["summary"] = summarize(entry, parameters, gflops)
     result["contestants"] = entries

@@ -1,21 +1,31 @@
-"""What train_speed.py and profile_step.py share: their data and hparams flags, a fresh
-`transformer` trained as t2t_lite-trainer trains it (TrainingSteps) on the seeded training
-batches, the clock of every training-speed figure (a step is timed until its counts are read
-back), the matrix-multiply shapes of a step's dense layers (whose rates alone bound the
-step), and the model FLOPs that MFU counts."""
+"""What train_speed.py, profile_step.py and blas_speed.py share: their data and hparams flags, a
+fresh `transformer` trained as t2t_lite-trainer trains it (TrainingSteps) on the seeded training
+batches, the in-process clock of profile_step.py and blas_speed.py (a step is timed until its
+counts are read back), the matrix-multiply shapes of a step's dense layers (whose rates alone
+bound the step), and the model FLOPs that MFU counts.
+
+train_speed.py times every toolkit by one clock instead: the wall time between the progress
+lines of the toolkit's own training program. For t2t_lite that is t2t_lite-trainer, whose lines
+this file reads (`parse_trainer_log`) and whose batches it counts (`trainer_batches`,
+`update_tokens`), since the lines give target tokens per second but not the source tokens."""
 import collections
+import datetime
 import math
 import os
+import re
+import statistics
 import time
 
 import keras
 
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
 
 PROBLEM = "translate_multi30k_deen"
+TRAINER_SEED = 1  # t2t_lite-trainer's default --seed; train_speed.py passes it explicitly
 DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 
 
@@ -40,6 +50,151 @@ def training_steps(hparams, vocab_size: int, jit_compile: bool) -> TrainingSteps
 def training_batches(problem, hparams):
     """The training batches, shuffled with seed 1: every run and mode sees the same ones."""
     return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1)
+
+
+def trainer_batches(problem, hparams, seed: int = TRAINER_SEED):
+    """The training batches in the order t2t_lite-trainer --seed=`seed` trains on them: it sets
+    Keras's seed (TensorFlow's global one among them) before it builds the dataset with the
+    same seed, and the shuffling depends on both."""
+    keras.utils.set_random_seed(seed)
+    return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=seed)
+
+
+def update_tokens(batches, updates: int, batches_per_update: int = 1) -> list:
+    """The tokens of each of the first `updates` updates, one {"source", "target" (real, i.e.
+    non-pad, tokens with EOS, as TrainingSteps counts them), "positions" (of inputs and
+    targets, padding included), "shapes" ([rows, source length, target length] of each
+    batch)} an update."""
+    result, iterator = [], iter(batches)
+    for _ in range(updates):
+        update = {"source": 0, "target": 0, "positions": 0, "shapes": []}
+        for _ in range(batches_per_update):
+            batch = next(iterator)
+            inputs, targets = batch["inputs"].numpy(), batch["targets"].numpy()
+            update["source"] += int((inputs != PAD_ID).sum())
+            update["target"] += int((targets != PAD_ID).sum())
+            update["positions"] += inputs.size + targets.size
+            update["shapes"].append([*inputs.shape, targets.shape[1]])
+        result.append(update)
+    return result
+
+
+# t2t_lite-trainer's lines on stderr, after absl's prefix (level, month and day, local time,
+# thread, file:line), e.g.
+#   I1126 15:52:13.020708 140684244073344 trainer.py:250] training transformer on
+#       translate_multi30k_deen from step 0 to 80 (7618560 parameters, 1 replicas, XLA off)
+#   I1126 15:52:41.631309 140684244073344 summaries.py:62] step 30/80  loss 8.3931  lr 3.49e-07
+#       1152 target tok/s  0.30 steps/s  3m20s left
+# (each on one line). A progress line's rates cover the updates since the previous line; the
+# first line's since the training loop began, just after the "training" line.
+_ABSL_PREFIX = r"^[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d\.\d+) +\d+ \S+\] "
+TRAINING_LINE = re.compile(_ABSL_PREFIX + r"training \S+ on \S+ from step (?P<step>\d+) to "
+                           r"(?P<total>\d+) \((?P<parameters>\d+) parameters", re.M)
+PROGRESS_LINE = re.compile(
+    _ABSL_PREFIX + r"step (?P<step>\d+)/(?P<total>\d+) +loss (?P<loss>\S+) +lr "
+    r"(?P<learning_rate>\S+) +(?P<target>\d+) target tok/s +(?:(?P<source>\d+) source tok/s +)?"
+    r"(?P<steps_per_s>[\d.]+) steps/s", re.M)
+
+
+def _absl_seconds(match, year: int) -> float:
+    """Seconds since the epoch of an absl prefix, in local time as absl writes it."""
+    clock = datetime.datetime.strptime(match["time"], "%H:%M:%S.%f")
+    return datetime.datetime(year, int(match["month"]), int(match["day"]), clock.hour,
+                             clock.minute, clock.second, clock.microsecond).timestamp()
+
+
+def parse_trainer_log(text: str, year: int) -> dict:
+    """t2t_lite-trainer's "training ..." line and progress lines in `text` (its stderr; `year`:
+    the year its first line was written, which absl's prefix leaves out): {"start": seconds of
+    the "training" line (None without one), "first_step", "parameters", "lines": [{"step",
+    "seconds", "loss", "learning_rate", "logged_target_tokens_per_s",
+    "logged_source_tokens_per_s" (None: the line has no source rate), "logged_steps_per_s"}]}.
+    Seconds are since the epoch, from the lines' timestamps."""
+    events = sorted([(m.start(), m) for m in TRAINING_LINE.finditer(text)]
+                    + [(m.start(), m) for m in PROGRESS_LINE.finditer(text)],
+                    key=lambda event: event[0])
+    result = {"start": None, "first_step": None, "parameters": None, "lines": []}
+    month = 0
+    for _, match in events:
+        year += int(match["month"]) < month  # a log that runs past New Year
+        month = int(match["month"])
+        seconds = _absl_seconds(match, year)
+        if "parameters" in match.re.groupindex:
+            result.update(start=seconds, first_step=int(match["step"]),
+                          parameters=int(match["parameters"]), lines=[])  # the last run's
+            continue
+        result["lines"].append({
+            "step": int(match["step"]), "seconds": seconds, "loss": float(match["loss"]),
+            "learning_rate": float(match["learning_rate"]),
+            "logged_target_tokens_per_s": float(match["target"]),
+            "logged_source_tokens_per_s": None if match["source"] is None
+            else float(match["source"]),
+            "logged_steps_per_s": float(match["steps_per_s"])})
+    return result
+
+
+def trainer_windows(log: dict, updates: list) -> list:
+    """The log windows of a parsed t2t_lite-trainer log (parse_trainer_log), with the tokens of
+    `updates` (update_tokens from update 1, the batches it trained on): one a progress line,
+    from the previous line (the first from the "training" line) to it: {"first_step", "step",
+    "seconds" (between the two lines' timestamps), "target_tokens", "source_tokens",
+    "positions", "new_shapes" (updates whose batch shape no earlier update had),
+    "target_tokens_per_s", "source_tokens_per_s", "steps_per_s" (all over those seconds),
+    "count_check" (the trainer's own target tokens/s over the counted one, minus 1), and the
+    line's loss, learning_rate and logged rates}."""
+    if log["start"] is None:
+        raise ValueError("no \"training ... from step\" line in t2t_lite-trainer's log")
+    seen, new_at = set(), []
+    for update in updates:
+        shapes = {tuple(shape) for shape in update["shapes"]}
+        new_at.append(bool(shapes - seen))
+        seen |= shapes
+    windows, previous = [], (log["first_step"], log["start"])
+    for line in log["lines"]:
+        first, step = previous[0] + 1, line["step"]
+        if step > len(updates):
+            raise ValueError(f"t2t_lite-trainer logged update {step}, but only {len(updates)} "
+                             f"updates were counted")
+        seconds = line["seconds"] - previous[1]
+        counted = updates[first - 1:step]
+        window = {"first_step": first, "step": step, "seconds": seconds,
+                  "target_tokens": sum(u["target"] for u in counted),
+                  "source_tokens": sum(u["source"] for u in counted),
+                  "positions": sum(u["positions"] for u in counted),
+                  "new_shapes": sum(new_at[first - 1:step]), **{
+                      key: line[key] for key in line if key not in ("step", "seconds")}}
+        if seconds > 0 and counted:
+            window.update(target_tokens_per_s=window["target_tokens"] / seconds,
+                          source_tokens_per_s=window["source_tokens"] / seconds,
+                          steps_per_s=len(counted) / seconds)
+            window["count_check"] = (line["logged_target_tokens_per_s"]
+                                     / max(window["target_tokens_per_s"], 1e-9) - 1)
+        windows.append(window)
+        previous = (step, line["seconds"])
+    return windows
+
+
+def kept_windows(windows: list, skip_steps: int, left_out=lambda window: False) -> list:
+    """The log windows that count (the rule of the peers' run.py): those that start after
+    `skip_steps` and hold an update, less those `left_out` (e.g. ones that compiled a shape)."""
+    return [w for w in windows if w["first_step"] > skip_steps and w["step"] >= w["first_step"]
+            and w.get("steps_per_s") and not left_out(w)]
+
+
+def throughput(windows: list, skip_steps: int, left_out=lambda window: False) -> dict:
+    """Medians over kept_windows: target and source tokens/s, steps/s, target tokens per step,
+    and how many windows ("throughput_windows"; the rates are None without any)."""
+    kept = kept_windows(windows, skip_steps, left_out)
+    if not kept:
+        return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
+                "target_tokens_per_step": None, "throughput_windows": 0}
+    median = statistics.median
+    return {"target_tokens_per_s": median(w["target_tokens_per_s"] for w in kept),
+            "source_tokens_per_s": median(w["source_tokens_per_s"] for w in kept),
+            "steps_per_s": median(w["steps_per_s"] for w in kept),
+            "target_tokens_per_step": median(w["target_tokens_per_s"] / w["steps_per_s"]
+                                             for w in kept),
+            "throughput_windows": len(kept)}
 
 
 def timed_steps(steps: TrainingSteps, batches) -> list:
