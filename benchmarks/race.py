@@ -97,7 +97,7 @@ flags.mark_flags_as_required(["work_dir"])
 DEFAULT_SCHEDULES = {
     "t2t_lite": [(400, 2e-3)],
     "opennmt_tf": [(400, 2e-3), (800, 1.8e-3), (400, 1e-3)],
-    "eole": [(400, 2e-3), (800, 1.8e-3), (400, 1e-3)],
+    "eole": [(400, 2e-3), (800, 1.1e-3), (400, 3e-3)],
 }
 
 
