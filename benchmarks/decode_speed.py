@@ -23,7 +23,7 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
 --alpha, batches of --batch_size, --parallel_batches batches translated at once (each with
 --intra_op_parallelism_threads threads for an operation; 0: as t2t_lite-decoder chooses), and
-the same --inter_op_parallelism_threads for seven contestants (--contestants chooses):
+the same --inter_op_parallelism_threads for nine contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
     search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
     from --parallel_batches, its thread pools sized as t2t_lite-decoder sizes them
@@ -39,8 +39,8 @@ the same --inter_op_parallelism_threads for seven contestants (--contestants cho
     threads of their own (as a server's concurrent requests).
   - t2t_lite SavedModel (XLA): the same, exported with --export_jit_compile into
     W/saved_model_xla. XLA compiles the search once per batch shape (the number of sentences
-    and of source tokens, which a server gets from its clients), so its warm-up translates
-    every batch and every latency sentence once.
+    and of source tokens, which a server gets from its clients): in its first pass, and for
+    every latency sentence before the latency is timed.
   - t2t_lite decoder (CT2's stop), t2t_lite SavedModel (CT2's stop): the decoder and the
     SavedModel (W/saved_model_ct2_stop) with decode_hparams stop_after_finished=--beam_size:
     a sentence's search also stops once K hypotheses have ended among its K best candidates,
@@ -50,38 +50,55 @@ the same --inter_op_parallelism_threads for seven contestants (--contestants cho
   - onmt-main infer: OpenNMT-tf's own inference on the peer's model in --peer_dir (a work dir
     of benchmarks/peers/opennmt_tf/run.py: its averaged checkpoint when there, else its latest;
     --peer_checkpoint chooses), in the peer's environment, with OpenNMT-tf's inference batching
-    (length buckets --peer_length_bucket_width tokens wide) and its TensorFlow kernels as its
-    users get them (TF_ENABLE_ONEDNN_OPTS as this program was started with). It runs through
-    peers/opennmt_tf/decode.py, which times OpenNMT-tf's inference loop apart from its tracing
-    and first batch (OpenNMT-tf's own timing counts the first batch's graph optimization).
-    It translates one batch at a time whatever --parallel_batches says (it has no such
-    setting), with the thread flags as given.
-  - CTranslate2 float32: that checkpoint converted once by ct2-opennmt-tf-converter into
-    W/ctranslate2 (in the peer's environment) and translated with ctranslate2.Translator,
-    inter_threads --parallel_batches and intra_threads as t2t_lite's intra-op threads (run.py's
-    `ctranslate2_threads`), up to
-    the peer configuration's maximum_decoding_length. Its length penalty is length^alpha, not
-    GNMT's ((5 + length) / 6)^alpha as in t2t_lite and OpenNMT-tf, so a few beams may rank
-    differently (its BLEU says whether that matters).
+    (length buckets --peer_length_bucket_width tokens wide) and TensorFlow's oneDNN as
+    --peer_onednn says (default: TF_ENABLE_ONEDNN_OPTS not set, TensorFlow 2.13's own choice
+    for this CPU, as OpenNMT-tf's users get it; the caller's variable is not passed on, and the
+    JSON's onmt_infer_settings records both). It runs through peers/opennmt_tf/decode.py. It
+    translates one batch at a time whatever --parallel_batches says (it has no such setting),
+    with the thread flags as given (0: TensorFlow's choice).
+  - CTranslate2 3.24.0 float32 ("ctranslate2"), CTranslate2 4.x float32 and int8
+    ("ctranslate2_4_float32", "ctranslate2_4_int8"; the table names the version): the peer's
+    checkpoint converted once by ct2-opennmt-tf-converter into W/ctranslate2 (float32, by
+    CTranslate2 3.24 in the peer's environment: OpenNMT-tf 2.32 requires ctranslate2<4) and
+    translated with ctranslate2.Translator: by 3.24 in the peer's environment, and by 4.x in
+    its own environment (peers/ctranslate2_runtime.py, --ctranslate2_venv_dir, created on
+    first use), which loads 3.24's model directory (the same format; that file has the
+    details). compute_type float32, or int8, which on a CPU and a float32 model is int8_float32
+    (int8 weights and matrix products, the rest float32; asking for int8_float32 gives the same
+    model, so it has no row). Each with inter_threads --parallel_batches and intra_threads as
+    t2t_lite's intra-op threads (run.py's `ctranslate2_threads`), up to the peer
+    configuration's maximum_decoding_length, and CT2_VERBOSE=1, whose log gives the CPU,
+    instruction set, matrix product backends and resolved compute type recorded in the JSON
+    (ctranslate2_cpu, read by ctranslate2_runtime.logged_cpu). Its length penalty is
+    length^alpha, not GNMT's ((5 + length) / 6)^alpha as in t2t_lite and OpenNMT-tf, so a few
+    beams may rank differently (its BLEU says whether that matters). CTRANSLATE2 below is where
+    other converted models (eole's) would be added.
 A contestant that cannot run here (no Python 3.10 or 3.11 for the peer's environment, no
 --peer_dir, a failed conversion) is left out of the table with the reason, as run.py's exit
 status 3 asks callers to do.
 
 This machine's speed drifts (by up to 1.5 times within minutes), so contestants timed one after
 the other are not timed on the same machine: they run in turn, A, B, C, D, A, B, C, D, ... for
---rounds rounds, each contestant-round in its own process. In each, after the model is loaded
-and warmed up (one untimed batch; the t2t_lite decoder compiles one batch per padded shape;
-"warm-up s", from after the library's import to the end of that), all the sentences are
-translated and timed, then each of the first --latency_sentences sentences alone (after one
-untimed single sentence). Reported per
-contestant: sentences and target tokens per second (median over rounds, and min-max), target
-tokens counted alike for all (the output's SentencePiece pieces + end of sentence), mean output
-length, BLEU of its output (sacreBLEU, t2t_lite's `decoder.score`: speed must not come from
-worse translations), warm-up seconds, peak resident memory of its process, and the median
-single-sentence latency. Ratios of sentences per second, t2t_lite's contestants over onmt-main
-infer and over CTranslate2, are taken within each round and reported as their median and
-min-max over rounds, beside the issue's targets (reported, not asserted): at least 3 times
-onmt-main infer, at least 2/3 of CTranslate2, and peak memory at most OpenNMT-tf's.
+--rounds rounds, each contestant-round in its own process. In each, once the model is loaded
+(`ready_at`), all the sentences are translated twice in the same process. The first pass is
+what a one-off run does (tracing or compiling included) and writes the output; the time from
+just before this program started the process to that output's last line written
+(`written_at`) is the end-to-end time ("e2e s"; "load s" to the model loaded). The second pass
+is timed alone: the speed after warm-up. Both passes must give the same translations (the
+JSON's passes_differ counts the lines that do not). Then each of the first --latency_sentences
+sentences is translated alone (after one untimed single sentence). Reported per
+contestant: sentences and target tokens per second after warm-up (median over rounds, and
+min-max), end-to-end sentences per second, target tokens counted alike for all (the output's
+SentencePiece pieces + end of sentence), mean output length, BLEU of its output (sacreBLEU,
+t2t_lite's `decoder.score`: speed must not come from worse translations), load and end-to-end
+seconds, peak resident memory of its process, and the median single-sentence latency. The JSON
+also has the CPU time of each timed pass (`cpu_seconds`, every thread): beside its wall time it
+tells a round that waited for the CPU (another program on the machine) from one that did more
+work. Ratios of sentences per second, t2t_lite's contestants over onmt-main infer and over each
+CTranslate2 row, are taken within each round and reported as their median and min-max over
+rounds (and the median ratios of target tokens/s and end-to-end sentences/s), beside the
+issue's targets (reported, not asserted): at least 3 times onmt-main infer, at least 2/3 of
+CTranslate2 float32 (none against int8), and peak memory at most OpenNMT-tf's.
 W keeps each contestant-round's translations and log (round<R>_<contestant>.txt, .tokens for
 the peer's, .log), the SavedModels, the CTranslate2 model and the peer's decode.yml and tokens.
 """
@@ -96,7 +113,26 @@ SAVED_MODEL_CLIENT = "saved_model_client"  # the first argument of the SavedMode
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM in /proc/self/status, the high-water
+    mark of its own address space. Not getrusage's ru_maxrss: Linux carries that over an exec
+    from the process that started this one, so a child of a 700 MB Python would report at
+    least 700 MB (ru_maxrss is the fallback where /proc is missing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread, user and system: beside a pass's wall
+    time it tells a pass that waited for the CPU (another process on it) from one that did more
+    work."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def time_each(translate_one, lines: list) -> list:
@@ -110,6 +146,11 @@ def time_each(translate_one, lines: list) -> list:
     return seconds
 
 
+def differing_lines(first: list, second: list) -> int:
+    """Translations that differ between a round's two passes (decoding is deterministic: 0)."""
+    return sum(a != b for a, b in zip(first, second)) + abs(len(first) - len(second))
+
+
 def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_threads: int,
                        inter_threads: int, parallel_batches: int,
                        warm_up_every_shape: bool = False):
@@ -117,11 +158,12 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
     tensorflow-text's SentencePiece ops only (what a server loads), not t2t_lite. The job file
     (JSON) has the sentences, their batches (lists of indices: the decoder's order, sorted by
     length) and the latency count.
-    The warm-up is one batch, or with `warm_up_every_shape` (an XLA-compiled search, which
-    compiles once per batch shape) every batch and every latency sentence once. The timed
-    pass sends `parallel_batches` batches at once, from threads of their own (as concurrent
-    requests to a server). Writes the translations in input order and prints
-    "CONTESTANT {json}"."""
+    Each pass sends `parallel_batches` batches at once, from threads of their own (as
+    concurrent requests to a server). The first pass writes the translations in input order (its
+    end, `written_at`, ends the end-to-end time); the second is timed. With
+    `warm_up_every_shape` (an XLA-compiled search, which compiles once per batch shape) every
+    latency sentence is translated once before the latency is timed (else one, time_each's).
+    Prints "CONTESTANT {json}"."""
     import importlib.util
     import tensorflow as tf
     # tensorflow-text's SentencePiece ops alone, as docs/serving.md shows for a Python server
@@ -134,32 +176,38 @@ def saved_model_client(export_dir: str, job_path: str, output_path: str, intra_t
         job = json.load(handle)
     sources, batches = job["sources"], job["batches"]
 
-    start = time.perf_counter()
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    result = {"ready_at": time.time()}
 
     def translate(lines: list) -> list:
         outputs = serve(inputs=tf.constant(lines, tf.string))["outputs"].numpy()
         return [output.decode("utf-8") for output in outputs]
 
-    for batch in batches if warm_up_every_shape else batches[:1]:
-        translate([sources[i] for i in batch])
-    if warm_up_every_shape:
-        for line in sources[:job["latency_sentences"]]:
-            translate([line])
-    result = {"warmup_seconds": time.perf_counter() - start}
+    def translate_all() -> list:
+        outputs = [""] * len(sources)
+        with concurrent.futures.ThreadPoolExecutor(parallel_batches) as pool:
+            translated = pool.map(lambda batch: translate([sources[i] for i in batch]),
+                                  batches)
+            for batch, batch_outputs in zip(batches, translated):
+                for index, output in zip(batch, batch_outputs):
+                    outputs[index] = output
+        return outputs
 
     start = time.perf_counter()
-    outputs = [""] * len(sources)
-    with concurrent.futures.ThreadPoolExecutor(parallel_batches) as pool:
-        translated = pool.map(lambda batch: translate([sources[i] for i in batch]), batches)
-        for batch, batch_outputs in zip(batches, translated):
-            for index, output in zip(batch, batch_outputs):
-                outputs[index] = output
-    result["seconds"] = time.perf_counter() - start
-    result["latency_seconds"] = time_each(lambda line: translate([line]),
-                                          sources[:job["latency_sentences"]])
+    first = translate_all()
     with open(output_path, "w", encoding="utf-8") as handle:
-        handle.writelines(line + "\n" for line in outputs)
+        handle.writelines(line + "\n" for line in first)
+    result.update(written_at=time.time(), first_pass_seconds=time.perf_counter() - start)
+
+    start, cpu = time.perf_counter(), cpu_seconds()
+    second = translate_all()
+    result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu,
+                  passes_differ=differing_lines(first, second))
+    latency_sources = sources[:job["latency_sentences"]]
+    if warm_up_every_shape:
+        for line in latency_sources:
+            translate([line])
+    result["latency_seconds"] = time_each(lambda line: translate([line]), latency_sources)
     from tensorflow.python.util import _pywrap_util_port
     result.update(sentences=len(sources), peak_rss_mb=peak_rss_mb(),
                   onednn=bool(_pywrap_util_port.IsMklEnabled()),
@@ -173,8 +221,8 @@ if __name__ == "__main__" and sys.argv[1:2] == [SAVED_MODEL_CLIENT]:
                        every_shape == "True")
     sys.exit(0)
 
-# The peer runs with the TensorFlow kernels its users get: the variable as this program was
-# started, before t2t_lite's start below asks for oneDNN (t2t_lite/cpu_kernels.py).
+# TF_ENABLE_ONEDNN_OPTS as this program was started, before t2t_lite's start below asks for
+# oneDNN (t2t_lite/cpu_kernels.py): recorded only; the peer's value is --peer_onednn's.
 CALLER_ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 
 import collections  # noqa: E402
@@ -204,17 +252,47 @@ MODES = {"beam4_cached": (4, True), "beam4_uncached": (4, False),
          "greedy_cached": (1, True), "greedy_uncached": (1, False)}
 
 
-def load_peer():
-    """benchmarks/peers/opennmt_tf/run.py as a module (its flags are defined only when it runs
+def load_module(name: str, relative_path: str):
+    """A file under benchmarks/peers/ as a module (run.py's flags are defined only when it runs
     as a program)."""
-    path = os.path.join(HERE, "peers", "opennmt_tf", "run.py")
-    spec = importlib.util.spec_from_file_location("opennmt_tf_peer", path)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "peers",
+                                                                     relative_path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def load_peer():
+    """benchmarks/peers/opennmt_tf/run.py as a module."""
+    return load_module("opennmt_tf_peer", os.path.join("opennmt_tf", "run.py"))
+
+
 peer = load_peer()
+ctranslate2_runtime = load_module("ctranslate2_runtime", "ctranslate2_runtime.py")
+
+# CTranslate2's contestants: the runtime that translates ("peer": the CTranslate2 of OpenNMT-tf's
+# environment, 3.24, the newest its pin allows; "4.x": CTranslate2 4.x in an environment of its
+# own, peers/ctranslate2_runtime.py), the compute type it asks for ("int8" on a CPU resolves to
+# int8_float32, the same as asking for int8_float32: decode.py records the resolved type), and
+# the converted model it loads ("opennmt_tf": the peer's checkpoint converted once by
+# ct2-opennmt-tf-converter in the peer's environment; its tokens are the peer's). An eole model
+# converted by peers/eole/run.py --ctranslate2_dir would be another model here (e.g.
+# "ctranslate2_eole_int8": CTranslate2Contestant("4.x", "int8", "eole"), with its own tokens in
+# prepare_peer), and eole's own predict a peer contestant beside onmt_infer (its command built as
+# peer.infer_command builds onmt-main's).
+CTranslate2Contestant = collections.namedtuple("CTranslate2Contestant",
+                                               ["runtime", "compute_type", "model"])
+CTRANSLATE2 = {"ctranslate2": CTranslate2Contestant("peer", "float32", "opennmt_tf"),
+               "ctranslate2_4_float32": CTranslate2Contestant("4.x", "float32", "opennmt_tf"),
+               "ctranslate2_4_int8": CTranslate2Contestant("4.x", "int8", "opennmt_tf")}
+CTRANSLATE2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION,
+                        "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
+
+
+def ctranslate2_label(name: str) -> str:
+    contestant = CTRANSLATE2[name]
+    return f"CTranslate2 {CTRANSLATE2_VERSIONS[contestant.runtime]} {contestant.compute_type}"
+
 
 # --compare's contestants: name -> what the table calls it, in the order each round runs them.
 CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
@@ -224,7 +302,7 @@ CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
                "t2t_lite_decoder_ct2_stop": "t2t_lite decoder (CT2's stop)",
                "t2t_lite_saved_model_ct2_stop": "t2t_lite SavedModel (CT2's stop)",
                "onmt_infer": "onmt-main infer",
-               "ctranslate2": "CTranslate2 float32"}
+               **{name: ctranslate2_label(name) for name in CTRANSLATE2}}
 # t2t_lite's SavedModels: its folder in --work_dir, whether XLA compiles its search, and whether
 # it stops as CTranslate2 does (stop_after_finished = the beam size, SearchHParams).
 SavedModel = collections.namedtuple("SavedModel", ["folder", "jit_compile", "ct2_stop"])
@@ -233,8 +311,16 @@ SAVED_MODELS = {"t2t_lite_saved_model": SavedModel("saved_model", False, False),
                 "t2t_lite_saved_model_ct2_stop": SavedModel("saved_model_ct2_stop", False, True)}
 DECODERS = {"t2t_lite_decoder": False, "t2t_lite_decoder_ct2_stop": True}  # CT2's stop or not
 OURS = (*DECODERS, *SAVED_MODELS)
-PEERS = ("onmt_infer", "ctranslate2")
-TARGETS = {"onmt_infer": 3.0, "ctranslate2": 2 / 3}  # sentences/s ratios the issue asks for
+PEERS = ("onmt_infer", *CTRANSLATE2)
+# The sentences/s ratios the issue asks for: at least 3 times onmt-main infer and 2/3 of
+# CTranslate2 in float32 (t2t_lite decodes in float32); against int8 the ratio has no target.
+TARGETS = {"onmt_infer": 3.0, **{name: 2 / 3 for name, contestant in CTRANSLATE2.items()
+                                 if contestant.compute_type == "float32"}}
+
+# --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow's default
+# for the CPU). TensorFlow 2.13 reads only "0"/"false" and "1"/"true"; any other value, the empty
+# string included, is its default with a warning, so "not set" covers the empty string too.
+PEER_ONEDNN = {"default": None, "on": "1", "off": "0"}
 
 flags.DEFINE_string("data_dir", None, "Folder of the generated data (generated if absent).")
 flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
@@ -269,6 +355,14 @@ flags.DEFINE_string("peer_venv_dir", peer.DEFAULT_VENV_DIR, "--compare: OpenNMT-
                     "environment (run.py's --venv_dir; created or completed when needed).")
 flags.DEFINE_string("peer_python", None, "--compare: Python 3.10 or 3.11 to create it with "
                     "(run.py's --python).")
+flags.DEFINE_string("ctranslate2_venv_dir", ctranslate2_runtime.DEFAULT_VENV_DIR,
+                    "--compare: CTranslate2 4.x's virtual environment "
+                    "(peers/ctranslate2_runtime.py; created or completed when needed).")
+flags.DEFINE_enum("peer_onednn", "default", list(PEER_ONEDNN), "--compare: TensorFlow's "
+                  "oneDNN in onmt-main infer: default (TF_ENABLE_ONEDNN_OPTS not set: "
+                  "TensorFlow 2.13's choice for this CPU, on with AVX-512 VNNI or BF16, AVX-VNNI "
+                  "or AMX, else off, as OpenNMT-tf's users get it), on or off; the caller's "
+                  "variable is not passed on.")
 flags.DEFINE_integer("peer_length_bucket_width", peer.INFER_LENGTH_BUCKET_WIDTH,
                      "--compare: onmt-main infer's infer.length_bucket_width (OpenNMT-tf's "
                      "Transformer default 5; 1 as in run.py --decode).", lower_bound=1)
@@ -433,30 +527,36 @@ def make_translator(model, encoders, max_length: int, batch_size: int, parallel_
                                   batch_size=batch_size, parallel_batches=parallel_batches))
 
 
-def t2t_lite_decoder_round(problem, sources: list):
-    """t2t_lite-decoder's Translator: (outputs, result)."""
-    start = time.perf_counter()
+def t2t_lite_decoder_round(problem, sources: list, output_path: str) -> dict:
+    """t2t_lite-decoder's Translator: the first pass writes the translations to `output_path`
+    (its end, `written_at`, ends the end-to-end time), the second is timed, then the
+    single-sentence latency. Returns the round's result."""
     run = saved_run(FLAGS.t2t_lite_dir)
     model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(FLAGS.data_dir),
                                FLAGS.t2t_lite_dir, FLAGS.t2t_lite_checkpoint)
     encoders = problem.feature_encoders(FLAGS.data_dir)
     translator = make_translator(model, encoders, problem.max_length, FLAGS.batch_size,
                                  FLAGS.parallel_batches)
-    shapes = compile_shapes(translator, encoders, sources)
-    result = {"warmup_seconds": time.perf_counter() - start, "shapes": shapes}
+    result = {"ready_at": time.time()}
 
     start = time.perf_counter()
-    outputs = translator.translate(sources, show_progress=False)
-    result["seconds"] = time.perf_counter() - start
+    first = translator.translate(sources, show_progress=False)
+    decoder.write_lines(output_path, first)
+    result.update(written_at=time.time(), first_pass_seconds=time.perf_counter() - start)
+
+    start, cpu = time.perf_counter(), cpu_seconds()
+    second = translator.translate(sources, show_progress=False)
+    result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu,
+                  passes_differ=differing_lines(first, second))
 
     singles = make_translator(model, encoders, problem.max_length, 1, 1)
     latency_sources = sources[:FLAGS.latency_sentences]
     start = time.perf_counter()
-    compile_shapes(singles, encoders, latency_sources)
+    result["latency_shapes"] = compile_shapes(singles, encoders, latency_sources)
     result["latency_warmup_seconds"] = time.perf_counter() - start
     result["latency_seconds"] = time_each(
         lambda line: singles.translate([line], show_progress=False), latency_sources)
-    return outputs, result
+    return result
 
 
 def decoder_child():
@@ -464,8 +564,7 @@ def decoder_child():
     "CONTESTANT {json}"."""
     problem = registry.problem(PROBLEM)
     sources, _ = test_sentences(problem)
-    outputs, result = t2t_lite_decoder_round(problem, sources)
-    decoder.write_lines(FLAGS.child_output, outputs)
+    result = t2t_lite_decoder_round(problem, sources, FLAGS.child_output)
     result.update(sentences=len(sources), peak_rss_mb=peak_rss_mb(),
                   onednn=reporting.onednn_enabled(),
                   versions={"tensorflow": tf.__version__})
@@ -560,22 +659,59 @@ def prepare_peer(entries: dict, problem, sources: list) -> dict:
     setup.update(venv_python=venv_python, pieces=pieces,
                  versions=peer.installed_versions(venv_python))
     print(f"the peer's checkpoint: {setup['checkpoint']}", flush=True)
-    if "ctranslate2" in entries:
-        setup["ctranslate2_dir"] = os.path.join(FLAGS.work_dir, "ctranslate2")
-        try:
-            setup["convert_seconds"] = peer.convert_to_ctranslate2(
-                venv_python, setup, setup["ctranslate2_dir"])
-        except peer.PeerError as error:
-            drop(f"the conversion failed: {error}", ["ctranslate2"])
+    setup.update(prepare_ctranslate2(entries, venv_python, setup, drop))
     return setup
 
 
+def prepare_ctranslate2(entries: dict, venv_python: str, setup: dict, drop) -> dict:
+    """CTranslate2's runtimes and converted models for its contestants in `entries`: the
+    peer's checkpoint converted once into W/ctranslate2 (float32, by the peer's CTranslate2),
+    and CTranslate2 4.x's environment (created on first use). A contestant whose runtime or
+    model is missing is dropped with the reason."""
+    names = [name for name in CTRANSLATE2 if name in entries]
+    if not names:
+        return {}
+    result = {"ctranslate2_pythons": {"peer": venv_python}, "ctranslate2_models": {},
+              "ctranslate2_versions": {}}
+    if any(CTRANSLATE2[name].runtime == "4.x" for name in names):
+        try:
+            python = ctranslate2_runtime.ensure_environment(FLAGS.ctranslate2_venv_dir,
+                                                            FLAGS.peer_python)
+            result["ctranslate2_pythons"]["4.x"] = python
+        except SystemExit as exit_:
+            if exit_.code != peer.NO_PYTHON_EXIT_STATUS:
+                raise
+            drop("no Python 3.10 or 3.11 for CTranslate2 4.x's environment (see above)",
+                 [name for name in names if CTRANSLATE2[name].runtime == "4.x"])
+        except peer.PeerError as error:
+            drop(f"CTranslate2 4.x's environment: {error}",
+                 [name for name in names if CTRANSLATE2[name].runtime == "4.x"])
+    if any(CTRANSLATE2[name].model == "opennmt_tf" for name in names):
+        model_dir = os.path.join(FLAGS.work_dir, "ctranslate2")
+        try:
+            result["convert_seconds"] = peer.convert_to_ctranslate2(venv_python, setup,
+                                                                    model_dir)
+            result["ctranslate2_models"]["opennmt_tf"] = model_dir
+        except peer.PeerError as error:
+            drop(f"the conversion failed: {error}",
+                 [name for name in names if CTRANSLATE2[name].model == "opennmt_tf"])
+    for runtime, python in result["ctranslate2_pythons"].items():
+        result["ctranslate2_versions"][runtime] = ctranslate2_runtime.installed_version(python)
+    return result
+
+
 def child_environment(name: str) -> dict:
-    """t2t_lite's contestants run with t2t_lite's kernels (this process's environment); the
-    peer's with TF_ENABLE_ONEDNN_OPTS as the caller had it (absent: TensorFlow's default)."""
+    """t2t_lite's contestants run with t2t_lite's kernels (this process's environment);
+    onmt-main infer with TF_ENABLE_ONEDNN_OPTS from --peer_onednn, whatever the caller's
+    shell has; CTranslate2's (no TensorFlow) with CT2_VERBOSE=1, which logs the CPU, the
+    instruction set and the matrix product backends it chose when it loads a model
+    (ctranslate2_runtime.logged_cpu)."""
     if name in OURS:
         return dict(os.environ)
-    return reporting.child_environment({ONEDNN: CALLER_ONEDNN})
+    changes = {ONEDNN: PEER_ONEDNN[FLAGS.peer_onednn]}
+    if name in CTRANSLATE2:
+        changes["CT2_VERBOSE"] = "1"
+    return reporting.child_environment(changes)
 
 
 def contestant_command(name: str, setup: dict, output: str) -> list:
@@ -599,9 +735,12 @@ def contestant_command(name: str, setup: dict, output: str) -> list:
         return peer.infer_command(setup["venv_python"], setup, output,
                                   FLAGS.intra_op_parallelism_threads,
                                   FLAGS.inter_op_parallelism_threads)
-    return peer.ctranslate2_command(setup["venv_python"], setup, setup["ctranslate2_dir"],
-                                    output, FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size,
-                                    FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches)
+    contestant = CTRANSLATE2[name]
+    return peer.ctranslate2_command(setup["ctranslate2_pythons"][contestant.runtime], setup,
+                                    setup["ctranslate2_models"][contestant.model], output,
+                                    FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size,
+                                    FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches,
+                                    contestant.compute_type)
 
 
 def score_round(name: str, result: dict, output: str, setup: dict, encoders: dict,
@@ -627,7 +766,9 @@ def score_round(name: str, result: dict, output: str, setup: dict, encoders: dic
 
 def run_rounds(entries: dict, setup: dict, encoders: dict, references: list) -> list:
     """Every contestant once a round, in turn, each in its own process; fills each entry's
-    "rounds" (a result, or None where it did not run) and returns the order with times."""
+    "rounds" (a result, or None where it did not run) and returns the order with times. The
+    end-to-end time runs from just before the process is started to the end of its first
+    pass's output (`written_at`, the child's clock, which is this machine's)."""
     order = []
     for entry in entries.values():
         entry["rounds"] = []
@@ -639,7 +780,8 @@ def run_rounds(entries: dict, setup: dict, encoders: dict, references: list) -> 
             print(f"round {round_index + 1}/{FLAGS.rounds}: {entry['name']}", flush=True)
             stem = os.path.join(FLAGS.work_dir, f"round{round_index + 1}_{name}")
             output = stem + (".tokens" if name in PEERS else ".txt")
-            start, load = time.time(), os.getloadavg()
+            load = os.getloadavg()
+            start = time.time()
             try:
                 result = reporting.run_child(contestant_command(name, setup, output),
                                              child_environment(name),
@@ -656,14 +798,33 @@ def run_rounds(entries: dict, setup: dict, encoders: dict, references: list) -> 
                           "start": start, "seconds": seconds, "load_average_before": load})
             entry["rounds"].append(result)
             if result:
-                result["process_seconds"] = seconds
+                add_process_times(result, start, seconds)
+                if name in CTRANSLATE2:
+                    with open(stem + ".log", encoding="utf-8", errors="replace") as log:
+                        result["ctranslate2_cpu"] = ctranslate2_runtime.logged_cpu(log.read())
+                differ = (f"; the passes differ in {result['passes_differ']} lines"
+                          if result.get("passes_differ") else "")
                 print(f"  {result['sentences_per_s']:.2f} sentences/s, "
-                      f"{result['target_tokens_per_s']:.0f} target tokens/s, BLEU "
-                      f"{result['bleu']:.2f}, warm-up {result['warmup_seconds']:.1f} s, "
+                      f"{result['target_tokens_per_s']:.0f} target tokens/s, end to end "
+                      f"{result['end_to_end_sentences_per_s']:.2f} sentences/s "
+                      f"({result['end_to_end_seconds']:.1f} s, load "
+                      f"{result['load_seconds']:.1f} s), BLEU {result['bleu']:.2f}, "
                       f"{result['peak_rss_mb']:.0f} MB, latency "
-                      f"{result['latency_median_ms']:.0f} ms; process {seconds:.0f} s",
+                      f"{result['latency_median_ms']:.0f} ms; timed pass "
+                      f"{result['seconds']:.1f} s with {result['cpu_seconds']:.1f} CPU-s; "
+                      f"process {seconds:.0f} s{differ}",
                       flush=True)
     return order
+
+
+def add_process_times(result: dict, started: float, process_seconds: float):
+    """The round's times from its process's start (`started`, this process's clock just before
+    it): load (to the model ready, `ready_at`), end to end (to the first pass's last
+    translation written, `written_at`) and its sentences/s, and the whole process."""
+    result.update(load_seconds=result["ready_at"] - started,
+                  end_to_end_seconds=result["written_at"] - started,
+                  process_seconds=process_seconds)
+    result["end_to_end_sentences_per_s"] = result["sentences"] / result["end_to_end_seconds"]
 
 
 def summarize(entry: dict):
@@ -674,22 +835,38 @@ def summarize(entry: dict):
     median = statistics.median
     rates = [result["sentences_per_s"] for result in ran]
     summary = {key: median(result[key] for result in ran) for key in (
-        "sentences_per_s", "target_tokens_per_s", "mean_output_tokens", "bleu",
-        "warmup_seconds", "peak_rss_mb", "latency_median_ms", "process_seconds")}
+        "sentences_per_s", "end_to_end_sentences_per_s", "target_tokens_per_s",
+        "mean_output_tokens", "bleu", "load_seconds", "end_to_end_seconds",
+        "first_pass_seconds", "peak_rss_mb", "latency_median_ms", "process_seconds",
+        "cpu_seconds", "seconds")}
     summary.update(min=min(rates), max=max(rates), rounds=len(ran),
                    per_round=[r["sentences_per_s"] if r else None for r in entry["rounds"]],
+                   end_to_end_per_round=[r["end_to_end_sentences_per_s"] if r else None
+                                         for r in entry["rounds"]],
                    bleu_per_round=[r["bleu"] if r else None for r in entry["rounds"]],
+                   cpu_per_wall_per_round=[r["cpu_seconds"] / r["seconds"] if r else None
+                                           for r in entry["rounds"]],
+                   passes_differ=max(r.get("passes_differ", 0) for r in ran),
                    onednn=sorted({r["onednn"] for r in ran if "onednn" in r}))
+    for key in ("versions", "compute_type", "effective_compute_type", "ctranslate2_cpu",
+                "tf_threads"):
+        if key in ran[-1]:
+            summary[key] = ran[-1][key]
     return summary
 
 
 def ratios(entries: dict) -> list:
     """t2t_lite's contestants over each peer: the ratio of sentences/s within each round, and
-    the median, min and max of those ratios, with the issue's target; also the median ratio of
-    target tokens/s (the fairer one when the models' translations differ in length)."""
+    the median, min and max of those ratios, with the issue's target (None: no target); also
+    the median ratios of target tokens/s (the fairer one when the models' translations differ
+    in length) and of end-to-end sentences/s."""
     def within_rounds(ours, theirs, key):
         return [a[key] / b[key] if a and b else None
                 for a, b in zip(entries[ours]["rounds"], entries[theirs]["rounds"])]
+
+    def median_of(values):
+        valid = [value for value in values if value is not None]
+        return statistics.median(valid) if valid else None
 
     result = []
     for ours in OURS:
@@ -698,16 +875,17 @@ def ratios(entries: dict) -> list:
                 continue
             each = within_rounds(ours, theirs, "sentences_per_s")
             valid = [value for value in each if value is not None]
-            tokens = [value for value in within_rounds(ours, theirs, "target_tokens_per_s")
-                      if value is not None]
-            median = statistics.median(valid) if valid else None
+            median, target = median_of(each), TARGETS.get(theirs)
             result.append({"numerator": CONTESTANTS[ours], "denominator": CONTESTANTS[theirs],
                            "per_round": each, "median": median,
                            "min": min(valid) if valid else None,
-                           "max": max(valid) if valid else None,
-                           "target": TARGETS[theirs],
-                           "met": None if median is None else median >= TARGETS[theirs],
-                           "target_tokens_median": statistics.median(tokens) if tokens else None})
+                           "max": max(valid) if valid else None, "target": target,
+                           "met": None if median is None or target is None
+                           else median >= target,
+                           "target_tokens_median": median_of(
+                               within_rounds(ours, theirs, "target_tokens_per_s")),
+                           "end_to_end_median": median_of(
+                               within_rounds(ours, theirs, "end_to_end_sentences_per_s"))})
     return result
 
 
@@ -738,8 +916,9 @@ def print_compare_tables(result: dict):
           f"{threads['ctranslate2'][1]}); {FLAGS.rounds} "
           f"rounds in turn, each contestant-round in its own process; {m['cpu']}, {m['cores']} "
           f"cores")
-    header = (f"{'contestant':<33}{'sent/s':>8}{'min-max':>14}{'tgt tok/s':>10}{'out len':>8}"
-              f"{'BLEU':>7}{'warm-up s':>10}{'peak MB':>8}{'latency ms':>11}  oneDNN")
+    header = (f"{'contestant':<33}{'sent/s':>8}{'min-max':>14}{'e2e sent/s':>11}"
+              f"{'tgt tok/s':>10}{'out len':>8}{'BLEU':>7}{'load s':>7}{'e2e s':>7}"
+              f"{'peak MB':>8}{'latency ms':>11}  oneDNN")
     print(header + "\n" + "-" * len(header))
     left_out = []
     for entry in result["contestants"]:
@@ -750,30 +929,50 @@ def print_compare_tables(result: dict):
         spread = f"{s['min']:.2f}-{s['max']:.2f}"
         onednn = "/".join("on" if on else "off" for on in s["onednn"]) or "-"
         print(f"{entry['name']:<33}{s['sentences_per_s']:>8.2f}{spread:>14}"
-              f"{s['target_tokens_per_s']:>10.0f}{s['mean_output_tokens']:>8.1f}{s['bleu']:>7.2f}"
-              f"{s['warmup_seconds']:>10.1f}{s['peak_rss_mb']:>8.0f}"
+              f"{s['end_to_end_sentences_per_s']:>11.2f}{s['target_tokens_per_s']:>10.0f}"
+              f"{s['mean_output_tokens']:>8.1f}{s['bleu']:>7.2f}{s['load_seconds']:>7.1f}"
+              f"{s['end_to_end_seconds']:>7.1f}{s['peak_rss_mb']:>8.0f}"
               f"{s['latency_median_ms']:>11.0f}  {onednn}")
     for line in left_out:
         print(f"left out: {line}")
-    print(f"medians over rounds (min-max of sentences/s); target tokens: SentencePiece pieces "
-          f"of the output + end of sentence; BLEU: sacreBLEU of the output; warm-up: loading, "
-          f"compiling or tracing and the untimed batch(es); peak MB: the process's peak "
-          f"resident memory; latency: median of the first {FLAGS.latency_sentences} sentences "
-          f"each translated alone" + "".join(f"; {name}: {version}" for name, version
-                                             in result.get("peer_versions", {}).items()))
+    versions = {**result.get("peer_versions", {}),
+                **{f"ctranslate2 ({runtime})": version for runtime, version
+                   in result.get("ctranslate2_versions", {}).items()}}
+    versions.pop("ctranslate2", None)  # the peer's: "ctranslate2 (peer)"
+    print(f"medians over rounds (min-max of sentences/s); sent/s: the second of two passes over "
+          f"the sentences in the same process; e2e: from the process's start to the first "
+          f"pass's last translation written (imports, loading, tracing or compiling included), "
+          f"e2e sent/s the sentences over that; load s: from the process's start to the model "
+          f"loaded; target tokens: SentencePiece pieces of the output + end of sentence; BLEU: "
+          f"sacreBLEU of the output; peak MB: the process's peak resident memory; latency: "
+          f"median of the first {FLAGS.latency_sentences} sentences each translated alone"
+          + "".join(f"; {name}: {version}" for name, version in versions.items()))
+    for entry in result["contestants"]:
+        s = entry["summary"] or {}
+        if s.get("passes_differ"):
+            print(f"{entry['name']}: its two passes differ in up to {s['passes_differ']} "
+                  f"translations")
+        if s.get("ctranslate2_cpu"):
+            print(f"{entry['name']}: compute type {s.get('effective_compute_type')} (asked "
+                  f"{s.get('compute_type')}); "
+                  + ", ".join(f"{key} {value}" for key, value in s["ctranslate2_cpu"].items()
+                              if key != "compute_type"))
     if result["ratios"]:
-        header = (f"\n{'sentences/s ratio, same round':<56}{'median':>7}{'min':>6}{'max':>6}"
-                  f"{'target':>8}  met {'tok/s':>6}  per round")
+        width = max(len(r["numerator"] + " / " + r["denominator"]) for r in result["ratios"]) + 2
+        header = (f"\n{'sentences/s ratio, same round':<{width}}{'median':>7}{'min':>7}{'max':>7}"
+                  f"{'target':>8}  met {'tok/s':>6}{'e2e':>6}  per round")
         print(header + "\n" + "-" * (len(header) + 4))
         for r in result["ratios"]:
             met = "-" if r["met"] is None else ("yes" if r["met"] else "no")
-            target = f">= {r['target']:.2f}"
-            print(f"{r['numerator'] + ' / ' + r['denominator']:<56}{fmt(r['median'], '.2f'):>7}"
-                  f"{fmt(r['min'], '.2f'):>6}{fmt(r['max'], '.2f'):>6}{target:>8}"
-                  f"  {met:<3}{fmt(r['target_tokens_median'], '.2f'):>6}  "
+            target = "-" if r["target"] is None else f">= {r['target']:.2f}"
+            print(f"{r['numerator'] + ' / ' + r['denominator']:<{width}}"
+                  f"{fmt(r['median'], '.2f'):>7}{fmt(r['min'], '.2f'):>7}"
+                  f"{fmt(r['max'], '.2f'):>7}{target:>8}  {met:<3}"
+                  f"{fmt(r['target_tokens_median'], '.2f'):>6}"
+                  f"{fmt(r['end_to_end_median'], '.2f'):>6}  "
                   + " ".join(fmt(value, ".2f") for value in r["per_round"]))
-        print("median, min, max: of the ratios within each round; tok/s: the median ratio of "
-              "target tokens/s")
+        print("median, min, max: of the ratios within each round; tok/s, e2e: the median ratios "
+              "of target tokens/s and of end-to-end sentences/s; no target against int8")
     for target in result["memory_targets"]:
         print(f"peak memory: {target['contestant']} {target['peak_rss_mb']:.0f} MB, onmt-main "
               f"infer {target['onmt_infer_peak_rss_mb']:.0f} MB (target: at most OpenNMT-tf's): "
@@ -817,6 +1016,20 @@ def run_compare(problem):
               "peer_length_bucket_width": setup.get("length_bucket_width"),
               "peer_max_decoding_length": setup.get("max_decoding_length"),
               "peer_versions": setup.get("versions", {}),
+              "ctranslate2_versions": setup.get("ctranslate2_versions", {}),
+              "ctranslate2_contestants": {name: {**CTRANSLATE2[name]._asdict(),
+                                                 "version": CTRANSLATE2_VERSIONS[
+                                                     CTRANSLATE2[name].runtime]}
+                                          for name in CTRANSLATE2 if name in entries},
+              "ctranslate2_converter": f"ct2-opennmt-tf-converter of CTranslate2 "
+                                       f"{peer.CTRANSLATE2_VERSION} (the peer's environment)",
+              "onmt_infer_settings": {
+                  "peer_onednn": FLAGS.peer_onednn,
+                  "TF_ENABLE_ONEDNN_OPTS": PEER_ONEDNN[FLAGS.peer_onednn],
+                  "caller_TF_ENABLE_ONEDNN_OPTS": CALLER_ONEDNN,
+                  "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
+                  "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads,
+                  "length_bucket_width": setup.get("length_bucket_width")},
               "export_seconds": setup["export_seconds"],
               "convert_seconds": setup.get("convert_seconds")}
     result["order"] = run_rounds(entries, setup, encoders, references)

@@ -1,12 +1,12 @@
-"""OpenNMT-tf's `onmt-main infer` and CTranslate2, timed, run by OpenNMT-tf's own Python for
-benchmarks/decode_speed.py --compare (through run.py's `decoding_commands`).
+"""OpenNMT-tf's `onmt-main infer` and CTranslate2, timed, for benchmarks/decode_speed.py
+--compare (through run.py's `infer_command` and `ctranslate2_command`).
 
     python decode.py config --output=F --overrides=JSON CONFIG...
     python decode.py infer --latency_source=F -- ONMT_MAIN_ARGS... infer --features_file=F \
         --predictions_file=P
     python decode.py ctranslate2 --model_dir=M --source=F --output=P --latency_source=F \
-        --beam_size=4 --length_penalty=0.6 --batch_size=32 --max_decoding_length=N \
-        --intra_threads=N --inter_threads=N
+        --compute_type=float32 --beam_size=4 --length_penalty=0.6 --batch_size=32 \
+        --max_decoding_length=N --intra_threads=N --inter_threads=N
 
 config: the peer's configuration files merged (later ones win, as onmt-main merges several
 --config) with the overrides, written to one file for both `onmt-main` and
@@ -14,28 +14,37 @@ config: the peer's configuration files merged (later ones win, as onmt-main merg
 
 infer: `onmt-main ... infer` itself (its runner builds the model, restores the checkpoint and
 reads the features file into its batched, length-bucketed dataset), with OpenNMT-tf's
-`inference.predict_dataset` replaced by the same loop timed in two parts. OpenNMT-tf traces
-its inference function before its loop, but the first call still optimizes the graph and
-prepares kernels, which is warm-up rather than translation speed. So here the trace and one
-untimed batch are the warm-up, and then the whole features file is translated and written in
-input order (OpenNMT-tf's own OrderRestorer and `print_prediction`), timed from the first batch
-read to the last prediction written. Then single-sentence latency: each line of
---latency_source translated alone (a batch of 1 through the same function), after one untimed
-sentence.
+`inference.predict_dataset` replaced by the same loop run twice. The first pass is what
+onmt-main infer does: it traces the inference function, translates the whole features file
+and writes it in input order (OpenNMT-tf's own OrderRestorer and `print_prediction`) to the
+predictions file; its end is the end of the end-to-end time. The second pass translates the
+same batches again into memory, timed from the first batch read to the last prediction
+written: the speed after warm-up (the first call also optimizes the graph and prepares
+kernels). Then single-sentence latency: each line of --latency_source translated alone (a
+batch of 1 through the same function), after one untimed sentence.
 
-ctranslate2: a `ctranslate2.Translator` (float32 on the CPU) on the converted model; one untimed
-batch, then the whole source translated with `translate_batch` in batches of --batch_size
-(CTranslate2 sorts by length into batches itself), timed, then single-sentence latency as
-above.
+ctranslate2: a `ctranslate2.Translator` on the CPU with --compute_type (CTranslate2 resolves
+it for the CPU and the model: "int8" on a float32 model is int8_float32; `compute_type` is
+what was asked, `effective_compute_type` what it runs) on the converted model. Run by the
+Python of whichever environment has the CTranslate2 to measure (the peer's 3.24, or 4.x from
+peers/ctranslate2_runtime.py). Two passes as above, each the whole source through
+`translate_batch` in batches of --batch_size (CTranslate2 sorts by length into batches
+itself): the first written to --output, the second timed; then single-sentence latency.
 
-Both print one line "DECODE {json}": warmup_seconds (loading, tracing and the untimed batch),
-seconds (the timed pass), sentences, batches, latency_seconds (one per latency sentence),
-peak_rss_mb (this process's peak resident memory) and versions. Sources and outputs are
-OpenNMT-tf's space-separated tokens; run.py's PieceTokens turns them into text. This file
-imports only OpenNMT-tf, CTranslate2, PyYAML and the standard library (it runs in the peer's
-environment).
+Both print one line "DECODE {json}": ready_at (epoch seconds when the model was loaded, before
+anything was translated or traced), written_at (epoch seconds when the first pass's output was
+written), first_pass_seconds, seconds (the second, timed pass), passes_differ (translations
+that differ between the passes: 0, decoding being deterministic), sentences, batches,
+latency_seconds (one per latency sentence), peak_rss_mb (this process's peak resident memory)
+and versions; infer also onednn (TensorFlow's oneDNN on or off in this process) and tf_threads
+(onmt-main's thread flags). decode_speed.py computes load and end-to-end times from its own
+clock just before it started the process. Sources and outputs are OpenNMT-tf's space-separated
+tokens; run.py's PieceTokens turns them into text. This file imports only OpenNMT-tf,
+CTranslate2, PyYAML and the standard library (it runs in the peer's environment or
+CTranslate2's).
 """
 import argparse
+import io
 import json
 import resource
 import sys
@@ -43,7 +52,26 @@ import time
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM in /proc/self/status, the high-water
+    mark of its own address space. Not getrusage's ru_maxrss: Linux carries that over an exec
+    from the process that started this one, so a child of a 700 MB Python would report at
+    least 700 MB (ru_maxrss is the fallback where /proc is missing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread, user and system: beside a pass's wall
+    time it tells a pass that waited for the CPU (another process on it) from one that did more
+    work."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def report(result: dict):
@@ -80,9 +108,10 @@ def onednn_enabled() -> bool:
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
-def timed_predict_dataset(latency_source: str, started: float, result: dict):
-    """A replacement for `opennmt.inference.predict_dataset` that fills `result`; the warm-up
-    counts from `started` (before onmt-main read its configuration)."""
+def timed_predict_dataset(latency_source: str, result: dict):
+    """A replacement for `opennmt.inference.predict_dataset` that fills `result`: the first
+    pass writes the predictions file as onmt-main infer does (its end, `written_at`, ends the
+    end-to-end time), the second is timed (`seconds`), then single-sentence latency."""
     import tensorflow as tf
     from opennmt.utils import misc
 
@@ -91,25 +120,36 @@ def timed_predict_dataset(latency_source: str, started: float, result: dict):
 
     def predict_dataset(model, dataset, print_params=None, predictions_file=None,
                         log_time=False):
+        result["ready_at"] = time.time()  # model built and restored, the dataset made
         infer_fn = tf.function(model.infer, input_signature=(dataset.element_spec,))
         infer_fn.get_concrete_function()  # traced before the loop, as OpenNMT-tf does
-        to_numpy(infer_fn(next(iter(dataset))))
-        result["warmup_seconds"] = time.perf_counter() - started
 
-        sentences = batches = 0
-        with open(predictions_file, "w", encoding="utf-8") as stream:
+        def translate_all(stream) -> tuple:
+            """OpenNMT-tf's inference loop: every batch, predictions written in input order."""
+            sentences = batches = 0
             writer = misc.OrderRestorer(
                 lambda prediction: prediction.get("index"),
                 lambda prediction: model.print_prediction(prediction, params=print_params,
                                                           stream=stream))
-            start = time.perf_counter()
             for features in dataset:
-                predictions = to_numpy(infer_fn(features))
-                for prediction in misc.extract_batches(predictions):
+                for prediction in misc.extract_batches(to_numpy(infer_fn(features))):
                     writer.push(prediction)
                     sentences += 1
                 batches += 1
-            result["seconds"] = time.perf_counter() - start
+            return sentences, batches
+
+        start = time.perf_counter()
+        with open(predictions_file, "w", encoding="utf-8") as stream:
+            translate_all(stream)
+        result["written_at"] = time.time()
+        result["first_pass_seconds"] = time.perf_counter() - start
+
+        second = io.BytesIO()  # print_prediction writes bytes to a stream without .buffer
+        start, cpu = time.perf_counter(), cpu_seconds()
+        sentences, batches = translate_all(second)
+        result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu)
+        with open(predictions_file, "rb") as handle:
+            result["passes_differ"] = differing_lines(handle.read(), second.getvalue())
         result.update(sentences=sentences, batches=batches)
 
         # The same function on batches of one sentence (its input signature has no fixed
@@ -135,9 +175,8 @@ def run_infer(args, onmt_args: list):
     from opennmt.bin import main as onmt_main
 
     result = {"versions": {"opennmt_tf": opennmt.__version__, "tensorflow": tf.__version__},
-              "onednn": onednn_enabled()}
-    started = time.perf_counter()  # after the imports, as in the other contestants
-    inference.predict_dataset = timed_predict_dataset(args.latency_source, started, result)
+              "onednn": onednn_enabled(), "tf_threads": thread_settings(onmt_args)}
+    inference.predict_dataset = timed_predict_dataset(args.latency_source, result)
     sys.argv = ["onmt-main"] + onmt_args
     onmt_main.main()
     if "seconds" not in result:
@@ -146,12 +185,27 @@ def run_infer(args, onmt_args: list):
     report(result)
 
 
+def thread_settings(onmt_args: list) -> dict:
+    """onmt-main's thread flags as given (0 or absent: TensorFlow's choice)."""
+    settings = {}
+    for name in ("intra_op_parallelism_threads", "inter_op_parallelism_threads"):
+        flag = "--" + name
+        settings[name] = int(onmt_args[onmt_args.index(flag) + 1]) if flag in onmt_args else 0
+    return settings
+
+
+def differing_lines(first: bytes, second: bytes) -> int:
+    """Lines that differ between two passes' outputs (a different line count counts the extra
+    lines too): decoding is deterministic, so this should be 0."""
+    a, b = first.splitlines(), second.splitlines()
+    return sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+
+
 # --- CTranslate2 ----------------------------------------------------------------------------------
 
 def run_ctranslate2(args):
     import ctranslate2
 
-    start = time.perf_counter()
     with open(args.source, encoding="utf-8") as handle:
         sources = [line.split() for line in handle]
     with open(args.latency_source, encoding="utf-8") as handle:
@@ -160,21 +214,34 @@ def run_ctranslate2(args):
                                         compute_type=args.compute_type,
                                         intra_threads=args.intra_threads,
                                         inter_threads=args.inter_threads)
+    result = {"versions": {"ctranslate2": ctranslate2.__version__},
+              "compute_type": args.compute_type,
+              "effective_compute_type": translator.compute_type,
+              "supported_compute_types": sorted(ctranslate2.get_supported_compute_types("cpu")),
+              "intra_threads": args.intra_threads, "inter_threads": args.inter_threads,
+              "ready_at": time.time()}
     options = {"beam_size": args.beam_size, "length_penalty": args.length_penalty,
                "max_decoding_length": args.max_decoding_length,
                "max_batch_size": args.batch_size, "batch_type": "examples"}
-    translator.translate_batch(sources[:args.batch_size], **options)  # warm-up
-    result = {"versions": {"ctranslate2": ctranslate2.__version__},
-              "compute_type": args.compute_type, "intra_threads": args.intra_threads,
-              "inter_threads": args.inter_threads,
-              "warmup_seconds": time.perf_counter() - start}
+
+    def translate_all() -> list:
+        return [" ".join(item.hypotheses[0]) + "\n"
+                for item in translator.translate_batch(sources, **options)]
 
     start = time.perf_counter()
-    translations = translator.translate_batch(sources, **options)
     with open(args.output, "w", encoding="utf-8") as handle:
-        handle.writelines(" ".join(item.hypotheses[0]) + "\n" for item in translations)
-    result.update(seconds=time.perf_counter() - start, sentences=len(sources),
+        handle.writelines(translate_all())
+    result["written_at"] = time.time()
+    result["first_pass_seconds"] = time.perf_counter() - start
+
+    start, cpu = time.perf_counter(), cpu_seconds()
+    second = translate_all()
+    result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu,
+                  sentences=len(sources),
                   batches=-(-len(sources) // args.batch_size))
+    with open(args.output, "rb") as handle:
+        result["passes_differ"] = differing_lines(handle.read(),
+                                                  "".join(second).encode("utf-8"))
 
     translator.translate_batch(singles[:1], **options)  # warm-up for batches of one
     latencies = []

@@ -1,0 +1,94 @@
+"""The decoding race's pieces that need neither toolkit's environment: what CTranslate2 logs
+about the CPU when it loads a model, CTranslate2 4.x's requirements (installed by the OpenNMT-tf
+peer's environment code, in a copy of it), the CTranslate2 command with its compute type and
+threads, and decode.py's comparison of a round's two passes and onmt-main's thread flags."""
+import importlib.util
+import os
+import sys
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+PEERS = os.path.join(BENCHMARKS, "peers")
+sys.path.insert(0, PEERS)
+import ctranslate2_runtime  # noqa: E402
+
+sys.path.insert(0, os.path.join(PEERS, "opennmt_tf"))
+import decode  # noqa: E402  (peers/opennmt_tf/decode.py: the standard library only)
+
+# CTranslate2 4.8.5 loading a float32 model with compute_type="int8" and CT2_VERBOSE=1, on an
+# AMD EPYC with AVX-512, among other lines of the process's output.
+LOG = """\
+I1126 16:20:01.000000 1 something.py:1] a line of another library: with a colon
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info] CPU: AuthenticAMD (SSE4.1=true, \
+AVX=true, AVX2=true, AVX512=true)
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info]  - Selected ISA: AVX2
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info]  - Use Intel MKL: false
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info]  - SGEMM backend: DNNL (packed: false)
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info]  - GEMM_S16 backend: none \
+(packed: false)
+[2026-11-26 15:53:25.069] [ctranslate2] [thread 7647] [info]  - GEMM_S8 backend: DNNL \
+(packed: false, u8s8 preferred: true)
+[2026-11-26 15:53:25.145] [ctranslate2] [thread 7647] [info] Loaded model /w/ctranslate2 on \
+device cpu:0
+[2026-11-26 15:53:25.145] [ctranslate2] [thread 7647] [info]  - Binary version: 6
+[2026-11-26 15:53:25.145] [ctranslate2] [thread 7647] [info]  - Model specification revision: 7
+[2026-11-26 15:53:25.145] [ctranslate2] [thread 7647] [info]  - Selected compute type: \
+int8_float32
+[2026-11-26 15:53:26.000] [ctranslate2] [thread 7647] [info]  - Selected compute type: float32
+DECODE {"seconds": 1.0}
+"""
+
+
+def test_the_logged_cpu_backends_and_compute_type():
+    assert ctranslate2_runtime.logged_cpu(LOG) == {
+        "cpu": "AuthenticAMD (SSE4.1=true, AVX=true, AVX2=true, AVX512=true)",
+        "isa": "AVX2", "intel_mkl": "false", "sgemm_backend": "DNNL (packed: false)",
+        "gemm_s16_backend": "none (packed: false)",
+        "gemm_s8_backend": "DNNL (packed: false, u8s8 preferred: true)",
+        "compute_type": "int8_float32"}  # the first one logged: the model's load
+    assert ctranslate2_runtime.logged_cpu("DECODE {}\nno CTranslate2 here: none\n") == {}
+
+
+def test_ctranslate2_4_is_installed_by_a_copy_of_the_peers_environment_code():
+    copy = ctranslate2_runtime.peer_module()
+    assert copy.requirements() == [f"ctranslate2=={ctranslate2_runtime.CTRANSLATE2_VERSION}"]
+    assert ctranslate2_runtime.CTRANSLATE2_VERSION.startswith("4.")
+    peer = load_peer()  # the peer's own requirements are untouched
+    assert f"ctranslate2=={peer.CTRANSLATE2_VERSION}" in peer.requirements()
+    assert any(line.startswith("opennmt-tf==") for line in peer.requirements())
+
+
+def load_peer():
+    spec = importlib.util.spec_from_file_location(
+        "opennmt_tf_peer_under_test", os.path.join(PEERS, "opennmt_tf", "run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ctranslate2_command_has_its_runtime_compute_type_and_threads():
+    peer = load_peer()
+    setup = {"source": "/w/source.tokens", "latency_source": "/w/latency.tokens",
+             "max_decoding_length": 150}
+    command = peer.ctranslate2_command("/venvs/ctranslate2/bin/python", setup, "/w/ctranslate2",
+                                       "/w/round1.tokens", 4, 0.6, 32, 1, 2, "int8")
+    assert command[:3] == ["/venvs/ctranslate2/bin/python", peer.DECODE_SCRIPT, "ctranslate2"]
+    assert "--compute_type=int8" in command and "--model_dir=/w/ctranslate2" in command
+    assert "--intra_threads=1" in command and "--inter_threads=2" in command
+    assert "--max_decoding_length=150" in command
+    default = peer.ctranslate2_command("python", setup, "m", "o", 4, 0.6, 32, 1, 1)
+    assert "--compute_type=float32" in default
+
+
+def test_two_passes_compare_line_by_line():
+    assert decode.differing_lines(b"a\nb\nc\n", b"a\nb\nc\n") == 0
+    assert decode.differing_lines(b"a\nb\nc\n", b"a\nx\nc\n") == 1
+    assert decode.differing_lines(b"a\nb\n", b"a\nb\nc\nd\n") == 2
+
+
+def test_onmt_main_thread_flags_as_given():
+    args = ["--config", "c.yml", "--intra_op_parallelism_threads", "2",
+            "--inter_op_parallelism_threads", "1", "infer"]
+    assert decode.thread_settings(args) == {"intra_op_parallelism_threads": 2,
+                                            "inter_op_parallelism_threads": 1}
+    assert decode.thread_settings(["infer"]) == {"intra_op_parallelism_threads": 0,
+                                                 "inter_op_parallelism_threads": 0}
