@@ -23,8 +23,9 @@ def format_duration(seconds: float) -> str:
 
 
 class TrainingMonitor(keras.callbacks.Callback):
-    """Every `log_every_steps` updates: a line with step, loss, learning rate, target tokens per
-    second, steps per second and time left, and the same numbers (with the padding share of the
+    """Every `log_every_steps` updates: a line with step, loss, learning rate, target and source
+    tokens per second (real tokens, end of sentence included, padding not), steps per second
+    and time left, and the same numbers (with the padding share of the
     batches since the epoch began) in TensorBoard. After each evaluation: dev loss and dev token
     accuracy."""
 
@@ -37,38 +38,42 @@ class TrainingMonitor(keras.callbacks.Callback):
             [tf.summary.create_file_writer(tf.io.gfile.join(output_dir, name))
              for name in ("train", "eval")] if output_dir
             else [tf.summary.create_noop_writer()] * 2)  # not the chief: progress lines only
-        self._last = None  # (step, time, loss_sum, tokens) at the last line
+        self._last = None  # (step, time, loss_sum, target tokens, real tokens) at the last line
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):
         # The running sums restart with every Keras epoch.
-        self._last = (self._step(), time.time(), 0.0, 0.0)
+        self._last = (self._step(), time.time(), 0.0, 0.0, 0.0)
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
-        last_step, last_time, last_loss_sum, last_tokens = self._last
+        last_step, last_time, last_loss_sum, last_tokens, last_real = self._last
         if step == last_step or (step % self.log_every_steps and step < self.train_steps):
             return
         now = time.time()
         loss_sum, tokens = float(logs["loss_sum"]), float(logs["target_tokens"])
+        real = float(logs.get("real_tokens", tokens))
         steps, seconds = step - last_step, max(now - last_time, 1e-9)
         loss = (loss_sum - last_loss_sum) / max(tokens - last_tokens, 1.0)
         rate = float(self.learning_rate(step - 1))
         tokens_per_second = (tokens - last_tokens) / seconds
+        source_per_second = (real - last_real - (tokens - last_tokens)) / seconds
         steps_per_second = steps / seconds
         time_left = (self.train_steps - step) / max(steps_per_second, 1e-9)
-        logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f target tok/s  %.2f steps/s  %s left",
-                     step, self.train_steps, loss, rate, tokens_per_second, steps_per_second,
+        logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f target tok/s  %.0f source tok/s  "
+                     "%.2f steps/s  %s left", step, self.train_steps, loss, rate,
+                     tokens_per_second, source_per_second, steps_per_second,
                      format_duration(time_left))
         with self.train_writer.as_default(step=step):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("target_tokens_per_second", tokens_per_second)
+            tf.summary.scalar("source_tokens_per_second", source_per_second)
             tf.summary.scalar("steps_per_second", steps_per_second)
             tf.summary.scalar("padding_fraction", float(logs["padding_fraction"]))
-        self._last = (step, now, loss_sum, tokens)
+        self._last = (step, now, loss_sum, tokens, real)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs and "val_loss" in logs:

@@ -134,6 +134,7 @@ def token_weighted_logs(totals: dict) -> dict:
     tokens = max(totals["target_tokens"], 1.0)
     return {"loss": totals["loss_sum"] / tokens, "accuracy": totals["correct_tokens"] / tokens,
             "loss_sum": totals["loss_sum"], "target_tokens": totals["target_tokens"],
+            "real_tokens": totals["real_tokens"],
             "padding_fraction": 1.0 - totals["real_tokens"] / max(totals["padded_tokens"], 1.0)}
 
 
