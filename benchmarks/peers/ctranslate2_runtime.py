@@ -4,9 +4,9 @@ OpenNMT-tf 2.32 requires ctranslate2>=3,<4, so the peer's environment
 (peers/opennmt_tf/run.py) has CTranslate2 3.24. CTranslate2 4.x, the version its users run, is
 installed here into --ctranslate2_venv_dir (default ~/.cache/t2t_lite/peers/ctranslate2): the
 `ctranslate2` package alone, with its own numpy and PyYAML, no TensorFlow (about 250 MB). The
-environment is created on first use by run.py's `ensure_environment` with this file's
-requirements (the same Python search, marker file and exit status 3 when no Python 3.10 or 3.11
-exists), and reused after.
+environment is created on first use by peer_environment.py's `ensure_environment`, as the
+peers' are, with this file's requirements (a Python 3.10 or 3.11 as the OpenNMT-tf peer's, the
+same marker file and exit status 3 when there is none), and reused after.
 
 It translates a model that another environment converted. The OpenNMT-tf peer's checkpoint is
 converted once by CTranslate2 3.24's `ct2-opennmt-tf-converter` in the peer's environment (what
@@ -24,49 +24,40 @@ resolves to int8_float32 (int8 weights and int8 matrix products, the other layer
 so int8 and int8_float32 are the same thing here; `Translator.compute_type` reports the
 resolved type, which decode.py records.
 """
-import importlib.util
 import os
 import re
-import subprocess
+import sys
+
+PEERS = os.path.dirname(os.path.abspath(__file__))  # the peers' shared modules
+if PEERS not in sys.path:
+    sys.path.insert(0, PEERS)
+import peer_environment  # noqa: E402
 
 CTRANSLATE2_VERSION = "4.8.5"  # the newest on PyPI when this was written
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "ctranslate2")
-HERE = os.path.dirname(os.path.abspath(__file__))
-PEER_RUN = os.path.join(HERE, "opennmt_tf", "run.py")
+# The OpenNMT-tf peer's Pythons, with which this environment was first made.
+SUPPORTED_PYTHONS = ("3.11", "3.10")
 
 
 def requirements() -> list:
     return [f"ctranslate2=={CTRANSLATE2_VERSION}"]
 
 
-def peer_module():
-    """A copy of run.py of its own whose `requirements` are this file's (the peer's module,
-    which decode_speed.py also uses, is left as it is)."""
-    spec = importlib.util.spec_from_file_location("opennmt_tf_peer_for_ctranslate2", PEER_RUN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.requirements = requirements
-    return module
-
-
 def ensure_environment(venv_dir: str = DEFAULT_VENV_DIR, requested_python: str = None) -> str:
-    """The environment's Python, after creating it or completing its install if needed: run.py's
-    `ensure_environment` in `peer_module()`. Exits with status 3, as run.py does, when the
-    environment must be created and no Python 3.10 or 3.11 exists (its message names
-    TensorFlow, which only the peer's environment needs)."""
-    venv_dir = os.path.expanduser(venv_dir)
-    module = peer_module()
-    if not os.path.exists(os.path.join(venv_dir, module.REQUIREMENTS_MARKER)):
-        print(f"CTranslate2 {CTRANSLATE2_VERSION}'s environment in {venv_dir}, by run.py's "
-              f"environment code (whose messages name OpenNMT-tf):", flush=True)
-    return module.ensure_environment(venv_dir, requested_python)
+    """The environment's Python, after creating it or completing its install if needed
+    (peer_environment.ensure_environment). Exits with status 3, as the peers do, when the
+    environment must be created and no Python 3.10 or 3.11 exists."""
+    return peer_environment.ensure_environment(
+        os.path.expanduser(venv_dir), requirements(), f"CTranslate2 {CTRANSLATE2_VERSION}",
+        requested_python, SUPPORTED_PYTHONS,
+        f"CTranslate2 {CTRANSLATE2_VERSION}'s environment not created: it is made with Python "
+        f"3.10 or 3.11, as the OpenNMT-tf peer's")
 
 
 def installed_version(venv_python: str) -> str:
     """The ctranslate2 version installed in the environment."""
-    code = "from importlib.metadata import version; print(version('ctranslate2'))"
-    return subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return peer_environment.installed_versions(venv_python, {"ctranslate2": "ctranslate2"})[
+        "ctranslate2"]
 
 
 # What CTranslate2 (3.x and 4.x) logs when it loads a model with CT2_VERBOSE=1, e.g.

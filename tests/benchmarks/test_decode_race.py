@@ -1,15 +1,18 @@
 """The decoding race's pieces that need neither toolkit's environment: what CTranslate2 logs
-about the CPU when it loads a model, CTranslate2 4.x's requirements (installed by the OpenNMT-tf
-peer's environment code, in a copy of it), the CTranslate2 command with its compute type and
-threads, and decode.py's comparison of a round's two passes and onmt-main's thread flags."""
+about the CPU when it loads a model, CTranslate2 4.x's requirements and environment (made by the
+peers' shared environment code), the CTranslate2 command with its compute type and threads, and
+decode.py's comparison of a round's two passes and onmt-main's thread flags."""
 import importlib.util
 import os
 import sys
+
+import pytest
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 PEERS = os.path.join(BENCHMARKS, "peers")
 sys.path.insert(0, PEERS)
 import ctranslate2_runtime  # noqa: E402
+import peer_environment  # noqa: E402
 
 sys.path.insert(0, os.path.join(PEERS, "opennmt_tf"))
 import decode  # noqa: E402  (peers/opennmt_tf/decode.py: the standard library only)
@@ -48,13 +51,31 @@ def test_the_logged_cpu_backends_and_compute_type():
     assert ctranslate2_runtime.logged_cpu("DECODE {}\nno CTranslate2 here: none\n") == {}
 
 
-def test_ctranslate2_4_is_installed_by_a_copy_of_the_peers_environment_code():
-    copy = ctranslate2_runtime.peer_module()
-    assert copy.requirements() == [f"ctranslate2=={ctranslate2_runtime.CTRANSLATE2_VERSION}"]
+def test_ctranslate2_4_has_requirements_of_its_own():
+    assert ctranslate2_runtime.requirements() == [
+        f"ctranslate2=={ctranslate2_runtime.CTRANSLATE2_VERSION}"]
     assert ctranslate2_runtime.CTRANSLATE2_VERSION.startswith("4.")
     peer = load_peer()  # the peer's own requirements are untouched
     assert f"ctranslate2=={peer.CTRANSLATE2_VERSION}" in peer.requirements()
     assert any(line.startswith("opennmt-tf==") for line in peer.requirements())
+
+
+def test_an_environment_whose_marker_lists_the_requirements_is_reused(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    marker = tmp_path / peer_environment.REQUIREMENTS_MARKER
+    marker.write_text("\n".join(ctranslate2_runtime.requirements()) + "\n", encoding="utf-8")
+    assert ctranslate2_runtime.ensure_environment(str(tmp_path)) == str(tmp_path / "bin" / "python")
+
+
+def test_without_a_python_the_environment_code_exits_with_status_3(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ctranslate2_runtime.ensure_environment(str(tmp_path / "venv"), str(tmp_path / "none"))
+    assert exit_.value.code == peer_environment.NO_PYTHON_EXIT_STATUS == 3
+    message = capsys.readouterr().err
+    assert message.startswith(f"CTranslate2 {ctranslate2_runtime.CTRANSLATE2_VERSION}'s "
+                              "environment not created")
+    assert f"none was found ({tmp_path / 'none'})" in message
 
 
 def load_peer():

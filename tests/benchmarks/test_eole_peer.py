@@ -4,6 +4,7 @@ eole's training log."""
 import importlib.util
 import math
 import os
+import sys
 import types
 
 import pytest
@@ -71,7 +72,7 @@ def test_the_yaml_reads_back_as_the_configuration(peer, hparams):
     config = peer.train_config(hparams.replace(learning_rate_warmup_steps=400,
                                                learning_rate_constant=0.5),
                                DATA, "/w/model", RUN)
-    assert yaml.safe_load(peer.onmt.yaml_text(config)) == config
+    assert yaml.safe_load(peer.peer_training.yaml_text(config)) == config
 
 
 def test_decoding_configurations(peer):
@@ -176,7 +177,7 @@ def test_a_continued_run_counts_its_first_window_from_the_checkpoint(peer):
 
 def test_throughput_medians_use_the_windows_after_skip_steps(peer):
     windows = peer.parse_training_log(LOG)["windows"]
-    result = peer.onmt.throughput(windows, skip_steps=5)
+    result = peer.throughput(windows, skip_steps=5)
     assert result["throughput_windows"] == 1
     assert result["target_tokens_per_s"] == pytest.approx(2900 * 5 / 10.0)
     assert result["target_tokens_per_step"] == pytest.approx(2900)
@@ -209,3 +210,16 @@ def test_checkpoints_are_the_step_folders_in_update_order(peer, tmp_path):
     assert peer.checkpoints(str(tmp_path)) == [(2, str(tmp_path / "step_2")),
                                                (10, str(tmp_path / "step_10"))]
     assert peer.checkpoints(str(tmp_path / "missing")) == []
+
+
+def test_a_program_runs_with_its_log_and_its_progress_lines_echoed(peer, tmp_path, capsys):
+    log = tmp_path / "train.log"
+    script = ("print('[2026-01-01 10:00:00,000 INFO] Start training loop'); "
+              "print('something else')")
+    seconds = peer.run_logged([sys.executable, "-c", script], str(log), "train")
+    assert seconds >= 0
+    assert capsys.readouterr().out == "  [train] Start training loop\n"
+    assert log.read_text(encoding="utf-8") == ("[2026-01-01 10:00:00,000 INFO] Start training "
+                                               "loop\nsomething else\n")
+    with pytest.raises(peer.PeerError, match="exit status 3"):
+        peer.run_logged([sys.executable, "-c", "raise SystemExit(3)"], str(log), "train")

@@ -15,8 +15,8 @@
    them again. Without a Python 3.11 the program says so and exits with status 3, so that
    callers can leave the peer's row out.
 2. Data: the sentence pairs, SentencePiece model and tokens of the OpenNMT-tf peer
-   (opennmt_tf/run.py's `prepare_data` and `PieceTokens`, imported from there): pieces written
-   one sentence a line, separated by spaces. eole reads such files without a transform (it
+   (`prepare_data` and `PieceTokens` of ../peer_training.py, which both peers share): pieces
+   written one sentence a line, separated by spaces. eole reads such files without a transform (it
    splits lines on spaces). Each source line gets a literal `</s>` token, eole's EOS, as
    t2t_lite appends EOS to its inputs (eole adds nothing to the source of an encoder-decoder
    model). The vocabulary file holds the pieces; eole puts its <unk>, <blank>, <s>, </s> first.
@@ -44,13 +44,10 @@
 README.md lists what was checked in eole's source and what differs from t2t_lite.
 """
 import datetime
-import importlib.util
-import json
 import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -60,32 +57,22 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 
 from t2t_lite.data.problem import TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
-from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 from t2t_lite.training import schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-OPENNMT_TF_RUN = os.path.join(os.path.dirname(HERE), "opennmt_tf", "run.py")
+PEERS = os.path.dirname(HERE)  # the peers' shared modules
+if PEERS not in sys.path:
+    sys.path.insert(0, PEERS)
+import peer_environment  # noqa: E402
+import peer_training  # noqa: E402
+# NO_PYTHON_EXIT_STATUS: for callers that load this file, as decode_speed.py loads opennmt_tf's.
+from peer_environment import NO_PYTHON_EXIT_STATUS, PeerError  # noqa: E402,F401
+from peer_training import (DECODE, DECODE_BATCH_SIZE, HPARAMS_SET, PROBLEM,  # noqa: E402
+                           fmt, prepare_data, throughput, write_yaml)
 
-
-def _load_opennmt_tf_peer():
-    """benchmarks/peers/opennmt_tf/run.py as a module (for its data preparation, tokens, YAML
-    writer, subprocess runner and log medians; its flags are defined only when it runs itself)."""
-    spec = importlib.util.spec_from_file_location("opennmt_tf_peer_run", OPENNMT_TF_RUN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-onmt = _load_opennmt_tf_peer()
-PeerError = onmt.PeerError
-
-DEFAULT_TMP_DIR = onmt.DEFAULT_TMP_DIR
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "eole")
 LAUNCH = os.path.join(HERE, "launch.py")
 AVERAGE = os.path.join(HERE, "average.py")
-PROBLEM = "translate_multi30k_deen"
-HPARAMS_SET = "transformer_small"
 EOLE_VERSION = "0.6.4"
 # eole 0.6.4 requires torch>=2.10,<2.15. 2.13.0 is pinned and installed before eole: its CPU
 # build lies in pip's find-links here, and an unpinned torch would pull a CUDA build.
@@ -96,22 +83,16 @@ EOLE_SENTENCEPIECE_MAX = "0.2.2"  # eole 0.6.4 requires sentencepiece>=0.1.94,<=
 # aiohttp, which eole 0.6.4 does not declare: without it `eole train` fails to start.
 AIOHTTP_VERSION = "3.14.5"
 SUPPORTED_PYTHONS = ("3.11",)  # eole needs >= 3.11; the torch 2.13 CPU wheel here is cp311
-REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
-NO_PYTHON_EXIT_STATUS = onmt.NO_PYTHON_EXIT_STATUS
 CTRANSLATE2_CONVERTER = "ctranslate2.converters.eole_ct2"  # CTranslate2 has no console script
-DECODE = SearchHParams()  # t2t_lite's defaults: beam 4, alpha 0.6
-DECODE_BATCH_SIZE = decoder.TranslatorHParams().batch_size  # and 32 sentences a batch
 SOURCE_EOS = "</s>"  # eole's EOS token (DefaultTokens.EOS), appended to every source line
 EOLE_SPECIALS = ("<unk>", "<blank>", "<s>", "</s>")  # eole's DefaultTokens, ids 0-3 here
 
 
 def define_flags():
-    """run.py's flags (defined when it runs as a program), named as opennmt_tf/run.py's."""
-    flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
-                        "SentencePiece model and test text); generated from --tmp_dir if absent.")
-    flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-    flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
-                        "outputs.")
+    """run.py's flags (defined when it runs as a program), named as opennmt_tf/run.py's:
+    peer_training's shared ones and its own."""
+    peer_training.define_shared_flags()
+    flags.adopt_module_key_flags(peer_training)
     flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "eole's virtual environment (created when "
                         "missing, reused when present).")
     flags.DEFINE_string("python", None, "Python 3.11 to create the environment with (default: "
@@ -120,8 +101,6 @@ def define_flags():
                          "required).")
     flags.DEFINE_float("train_minutes", 0, "Not supported: eole 0.6.4 stops only at its "
                        "train_steps (0 is the only accepted value).")
-    flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
-                         "transformer_small's).")
     flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, eole's "
                        "learning_rate under decay_method noam (default: transformer_small's).")
     flags.DEFINE_boolean("continue_training", False, "Train further from the latest checkpoint "
@@ -131,24 +110,17 @@ def define_flags():
                          "trained with.")
     flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
                          "(save_checkpoint_steps).")
-    flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
-                         "one as it is).")
     flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, GNMT length "
                          "penalty 0.6) and score it with sacreBLEU.")
-    flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
-                         "all 1,000).")
     flags.DEFINE_string("ctranslate2_dir", None, "Convert the decoded model (the average, or the "
                         "last checkpoint) to a float32 CTranslate2 4.x model in this folder.")
     flags.DEFINE_boolean("dev_bleu", False, "Score the last checkpoint on the dev BLEU sentences "
                          "(greedy); implied by --dev_bleu_source / --dev_bleu_reference.")
     flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU, one a line "
                         "(default: the first --dev_bleu_sentences of the dev split).")
-    flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
     flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the dev BLEU when no files "
                          "are given.")
     flags.DEFINE_integer("log_every", 25, "Updates per log line (report_every).")
-    flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
-                         "left out of the throughput (warm-up).")
     flags.DEFINE_integer("num_workers", 2, "eole's num_workers: processes that read and batch the "
                          "training data (eole's default 2; 0: in the training process).",
                          lower_bound=0)
@@ -161,22 +133,9 @@ def define_flags():
                          "choice).", lower_bound=0)
     flags.DEFINE_integer("inter_op_parallelism_threads", 0, "torch.set_num_interop_threads (0: "
                          "PyTorch's choice).", lower_bound=0)
-    flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
-    flags.mark_flags_as_required(["data_dir", "work_dir"])
 
 
 # --- Environment -------------------------------------------------------------------------------
-
-def find_python(requested: str = None):
-    """The first Python 3.11 that works: --python, else python3.11 on PATH, else pyenv's
-    (opennmt_tf/run.py's search, restricted to the versions eole and the torch wheel allow)."""
-    searched = onmt.SUPPORTED_PYTHONS
-    onmt.SUPPORTED_PYTHONS = SUPPORTED_PYTHONS
-    try:
-        return onmt.find_python(requested)
-    finally:
-        onmt.SUPPORTED_PYTHONS = searched
-
 
 def version_tuple(version: str) -> tuple:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
@@ -200,52 +159,22 @@ def requirements() -> list:
 
 
 def ensure_environment(venv_dir: str, requested_python: str = None) -> str:
-    """The environment's Python, after creating the environment or completing its install if
-    needed. Exits with status 3 when it must be created and no Python 3.11 exists."""
-    venv_python = os.path.join(venv_dir, "bin", "python")
-    marker = os.path.join(venv_dir, REQUIREMENTS_MARKER)
-    wanted = "\n".join(requirements()) + "\n"
-    if os.path.exists(marker) and os.path.exists(venv_python):
-        with open(marker, encoding="utf-8") as handle:
-            if handle.read() == wanted:
-                return venv_python
-    if not os.path.exists(venv_python) or \
-            onmt.python_version(venv_python) not in SUPPORTED_PYTHONS:
-        python = find_python(requested_python)
-        if python is None:
-            where = requested_python or "python3.11 (PATH) or pyenv's versions"
-            print(f"eole peer skipped: eole {EOLE_VERSION} needs Python 3.11 or newer, and the "
-                  f"torch {TORCH_VERSION} CPU wheel is for 3.11; none was found ({where}). "
-                  f"Install one (e.g. `pyenv install 3.11`) or pass --python.", file=sys.stderr)
-            sys.exit(NO_PYTHON_EXIT_STATUS)
-        if os.path.isdir(venv_dir) and os.listdir(venv_dir) and not os.path.exists(
-                os.path.join(venv_dir, "pyvenv.cfg")):
-            raise PeerError(f"--venv_dir={venv_dir} is a folder with files but no virtual "
-                            "environment: choose a new or empty folder")
-        print(f"creating eole's environment in {venv_dir} with {python} (once)", flush=True)
-        onmt.run_checked([python, "-m", "venv", "--clear", venv_dir],
-                         "creating the virtual environment")
-    pip = [venv_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    torch_pin, *others = requirements()
-    print(f"installing {torch_pin}, then {' '.join(others)} into {venv_dir}", flush=True)
-    onmt.run_checked(pip + [torch_pin], "pip install torch")
-    onmt.run_checked(pip + [torch_pin] + others, "pip install")
-    with open(marker, "w", encoding="utf-8") as handle:
-        handle.write(wanted)
-    return venv_python
+    """eole's environment's Python, after creating the environment or completing its install if
+    needed (peer_environment.ensure_environment; torch installed first, on its own). Exits with
+    status 3 when it must be created and no Python 3.11 exists."""
+    return peer_environment.ensure_environment(
+        venv_dir, requirements(), "eole", requested_python, SUPPORTED_PYTHONS,
+        f"eole peer skipped: eole {EOLE_VERSION} needs Python 3.11 or newer, and the torch "
+        f"{TORCH_VERSION} CPU wheel is for 3.11", install_first=1)
 
 
 def installed_versions(venv_python: str) -> dict:
-    code = ("from importlib.metadata import version; import sys; "
-            "print(version('eole'), version('torch'), version('ctranslate2'), "
-            "version('sacrebleu'), version('sentencepiece'), sys.version.split()[0])")
-    output = subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
-                            check=True).stdout.split()
-    return dict(zip(("eole", "torch", "ctranslate2", "sacrebleu", "sentencepiece", "python"),
-                    output))
+    return peer_environment.installed_versions(
+        venv_python, {name: name for name in ("eole", "torch", "ctranslate2", "sacrebleu",
+                                              "sentencepiece")})
 
 
-# --- Data: opennmt_tf's pieces, with the source EOS and eole's vocabulary -------------------------
+# --- Data: the peers' pieces, with the source EOS and eole's vocabulary -------------------------
 
 def write_vocabulary(pieces, path: str) -> int:
     """eole's vocabulary file: one piece token a line, without counts (eole 0.6.4 reads a file
@@ -297,7 +226,7 @@ def output_hypotheses(path: str, pieces) -> list:
 
 def check_representable(hparams):
     """The hparams that eole's Transformer and noam decay can express here, or an error."""
-    onmt.check_representable(hparams)
+    peer_training.check_representable(hparams)
     if (hparams.layer_preprocess_sequence, hparams.layer_postprocess_sequence) != ("n", "da"):
         raise PeerError("run.py maps only pre-norm (n/da) onto eole")
     if hparams.clip_grad_norm:
@@ -419,25 +348,14 @@ def predict_config(model_path: str, source: str, output: str, beam_size: int,
     return config
 
 
-def write_yaml(path: str, config: dict):
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(onmt.yaml_text(config) + "\n")
-
-
 # --- Running eole and reading its log ------------------------------------------------------------
 
 PROGRESS = re.compile(r"\] Step \d+|Saving optimizer|Start training loop|Loading|Error|error")
 
 
 def run_logged(command: list, log_path: str, what: str) -> float:
-    """opennmt_tf/run.py's `run_logged` (output to the log, progress lines echoed), echoing
-    eole's progress lines."""
-    echoed = onmt.PROGRESS
-    onmt.PROGRESS = PROGRESS
-    try:
-        return onmt.run_logged(command, log_path, what)
-    finally:
-        onmt.PROGRESS = echoed
+    """peer_training.run_logged, echoing eole's progress lines."""
+    return peer_training.run_logged(command, log_path, what, progress=PROGRESS)
 
 
 def eole_command(venv_python: str, *args) -> list:
@@ -589,7 +507,8 @@ def dev_bleu_requested() -> bool:
 def dev_bleu(venv_python: str, work_dir: str, checkpoint: tuple, paths: dict, pieces) -> list:
     """The dev BLEU sentences translated greedily (beam 1, no length penalty) with the last
     checkpoint and scored as the test set: one point of `dev_bleu_curve`."""
-    sources, references = onmt.dev_bleu_sentences(paths)
+    sources, references = peer_training.dev_bleu_sentences(
+        paths, FLAGS.dev_bleu_source, FLAGS.dev_bleu_reference, FLAGS.dev_bleu_sentences)
     step, model_path = checkpoint
     source_path = os.path.join(work_dir, "dev_bleu.source")
     output = os.path.join(work_dir, f"dev_bleu.step_{step}.pieces")
@@ -640,11 +559,10 @@ def convert_to_ctranslate2(venv_python: str, model_path: str, output_dir: str,
 # --- The run ---------------------------------------------------------------------------------
 
 def prepare(problem, work_dir: str, hparams) -> tuple:
-    """opennmt_tf's tokenized pairs, then eole's training files and vocabulary."""
+    """The peers' tokenized pairs (prepare_data), then eole's training files and vocabulary."""
     data_dir = os.path.abspath(FLAGS.data_dir)
     out_dir = os.path.join(work_dir, "data")
-    paths, pieces = onmt.prepare_data(problem, data_dir, FLAGS.tmp_dir, out_dir,
-                                      FLAGS.test_sentences)
+    paths, pieces = prepare_data(problem, data_dir, FLAGS.tmp_dir, out_dir, FLAGS.test_sentences)
     data = {"vocabulary": os.path.join(out_dir, "eole_vocab.txt"),
             "train_source": os.path.join(out_dir, "train.eole.source"),
             "train_target": os.path.join(out_dir, "train.eole.target")}
@@ -697,7 +615,7 @@ def train_and_score(venv_python: str, hparams, problem, versions: dict) -> dict:
     floor = torch_smoothed_entropy(data["vocabulary_size"], hparams.label_smoothing)
     result.update({
         "steps": saved[-1][0], "train_loop_seconds": log["loop_seconds"],
-        **onmt.throughput(log["windows"], FLAGS.skip_steps),
+        **throughput(log["windows"], FLAGS.skip_steps),
         "final_loss": log["last_loss"], "final_loss_minus_floor": log["last_loss"] - floor,
         "loss_floor": floor,
         **learning_rate_difference(log["windows"], hparams),
@@ -745,15 +663,7 @@ def print_table(result: dict, hparams):
           f"{hparams.learning_rate_constant:g}; limit {FLAGS.train_steps} steps; log every "
           f"{FLAGS.log_every}, throughput after step {FLAGS.skip_steps} "
           f"({result['throughput_windows']} windows)")
-    fmt = onmt.fmt
-    header = (f"{'steps':>6}{'train s':>9}{'target tok/s':>14}{'source tok/s':>14}"
-              f"{'steps/s':>9}{'tok/step':>10}{'loss':>8}{'loss-floor':>11}{'BLEU':>7}")
-    print(header + "\n" + "-" * len(header))
-    print(f"{result['steps']:>6}{result['train_seconds']:>9.1f}"
-          f"{fmt(result['target_tokens_per_s'], '.0f'):>14}"
-          f"{fmt(result['source_tokens_per_s'], '.0f'):>14}{fmt(result['steps_per_s'], '.3f'):>9}"
-          f"{fmt(result.get('target_tokens_per_step'), '.0f'):>10}{result['final_loss']:>8.3f}"
-          f"{result['final_loss_minus_floor']:>11.3f}{fmt(result.get('bleu'), '.2f'):>7}")
+    peer_training.print_throughput_table(result)
     print(f"loss: the last log window's mean (eole's label-smoothed cross entropy, ln ppl; "
           f"loss-floor subtracts {result['loss_floor']:.3f}, its floor); logged learning rates "
           f"vs t2t_lite's schedule: max relative difference "
@@ -779,17 +689,9 @@ def main(unused_argv):
     setup_seconds = time.time() - start
     versions = installed_versions(venv_python)
 
-    hparams = registry.hparams(HPARAMS_SET)
-    overrides = {"learning_rate_warmup_steps": FLAGS.warmup_steps,
-                 "learning_rate_constant": FLAGS.learning_rate_constant}
-    hparams = hparams.replace(**{k: v for k, v in overrides.items() if v is not None})
+    hparams = peer_training.peer_hparams(FLAGS.warmup_steps, FLAGS.learning_rate_constant)
     check_representable(hparams)
-    problem = registry.problem(PROBLEM)
-    data_dir = FLAGS.data_dir
-    test_paths = problem.text_paths(data_dir, "test").values()
-    if not os.path.exists(problem.vocab_path(data_dir)) or not all(map(os.path.exists,
-                                                                        test_paths)):
-        problem.generate_data(data_dir, FLAGS.tmp_dir)  # what t2t_lite-datagen does
+    problem = peer_training.problem_with_data(FLAGS.data_dir, FLAGS.tmp_dir)
 
     result = {"toolkit": f"eole {versions['eole']} / PyTorch {versions['torch']}",
               "python": versions["python"], "versions": versions,
@@ -802,10 +704,7 @@ def main(unused_argv):
               "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads}
     result.update(train_and_score(venv_python, hparams, problem, versions))
     print_table(result, hparams)
-    if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {FLAGS.output_json}")
+    peer_training.write_json(FLAGS.output_json, result)
 
 
 if __name__ == "__main__":

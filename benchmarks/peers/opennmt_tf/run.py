@@ -10,13 +10,15 @@
    environment with opennmt-tf==2.32.0, tensorflow-cpu==2.13.1, ctranslate2==3.24.0 (for
    benchmarks/decode_speed.py --compare) and the sacrebleu and sentencepiece versions of this
    Python is created in --venv_dir once and reused; a change of these requirements installs them
-   into it again. Without a Python 3.10 or 3.11 the program says so and exits with status 3, so
-   that callers can leave the peer's row out.
+   into it again (../peer_environment.py, as for the other peers). Without a Python 3.10 or
+   3.11 the program says so and exits with status 3, so that callers can leave the peer's row
+   out.
 2. Data: the sentence pairs that t2t_lite's `translate_multi30k_deen` reads (the problem's own
    `generate_samples` on --tmp_dir; pairs with an empty side skipped, as its datagen does),
    tokenized with the SentencePiece model that t2t_lite's datagen trained in --data_dir, written
    one sentence a line as space-separated pieces for OpenNMT-tf's default SpaceTokenizer, and
-   a vocabulary in OpenNMT-tf's format: <blank>, <s>, </s>, then the model's pieces.
+   a vocabulary in OpenNMT-tf's format: <blank>, <s>, </s>, then the model's pieces
+   (../peer_training.py's `prepare_data`, which the eole peer shares).
 3. Training: `transformer_small` (t2t_lite's registered set, with the caller's warmup and
    constant) as an OpenNMT-tf custom model and configuration (README.md has the table), for
    --train_steps updates (`train.max_step`) or --train_minutes of training, whichever comes
@@ -77,48 +79,46 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from importlib import metadata
 
 from t2t_lite.bin import common
-from t2t_lite.bin.common import FLAGS, flags, registry
+from t2t_lite.bin.common import FLAGS, flags
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
-from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 from t2t_lite.training import losses, schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-DEFAULT_TMP_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
+PEERS = os.path.dirname(HERE)  # the peers' shared modules
+if PEERS not in sys.path:
+    sys.path.insert(0, PEERS)
+import peer_environment  # noqa: E402
+import peer_training  # noqa: E402
+# PieceTokens and NO_PYTHON_EXIT_STATUS: also decode_speed.py's (peer.PieceTokens, ...).
+from peer_environment import NO_PYTHON_EXIT_STATUS, PeerError  # noqa: E402,F401
+from peer_training import (DECODE, DECODE_BATCH_SIZE, HPARAMS_SET, PROBLEM,  # noqa: E402,F401
+                           PieceTokens, fmt, prepare_data, throughput, write_yaml)
+
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "opennmt_tf")
 TIMED_TRAIN = os.path.join(HERE, "timed_train.py")
 EVAL_LOSS = os.path.join(HERE, "eval_loss.py")
-PROBLEM = "translate_multi30k_deen"
-HPARAMS_SET = "transformer_small"
 OPENNMT_TF_VERSION = "2.32.0"
 TENSORFLOW_VERSION = "2.13.1"
 # OpenNMT-tf 2.32.0 requires ctranslate2>=3,<4 (for its CTranslate2 export); 3.24.0 is the
 # newest of those (no 4.x can be installed beside it).
 CTRANSLATE2_VERSION = "3.24.0"
 SUPPORTED_PYTHONS = ("3.11", "3.10")  # TensorFlow 2.13 has wheels for 3.8 to 3.11
-REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
-NO_PYTHON_EXIT_STATUS = 3
-DECODE = SearchHParams()  # t2t_lite's defaults: beam 4, alpha 0.6
-DECODE_BATCH_SIZE = decoder.TranslatorHParams().batch_size  # and 32 sentences a batch
 
 
 def define_flags():
     """run.py's flags, defined when it runs as a program (decode_speed.py imports this file
-    for its functions and has flags of the same names)."""
-    flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
-                        "SentencePiece model and test text); generated from --tmp_dir if absent.")
-    flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-    flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
-                        "outputs.")
+    for its functions and has flags of the same names): peer_training's shared ones and its
+    own."""
+    peer_training.define_shared_flags()
+    flags.adopt_module_key_flags(peer_training)
     flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "OpenNMT-tf's virtual environment (created "
                         "when missing, reused when present).")
     flags.DEFINE_string("python", None, "Python 3.10 or 3.11 to create the environment with "
@@ -127,8 +127,6 @@ def define_flags():
                          "limit).")
     flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
                        "limit).")
-    flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
-                         "transformer_small's).")
     flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
                        "(default: transformer_small's).")
     flags.DEFINE_boolean("continue_training", False, "Train further from the checkpoints already "
@@ -138,12 +136,8 @@ def define_flags():
                          "model was trained with.")
     flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
                          "(train.save_checkpoints_steps).")
-    flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
-                         "one as it is).")
     flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
                          "0.6) and score it with sacreBLEU.")
-    flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
-                         "all 1,000).")
     flags.DEFINE_boolean("dev_loss", False, "After training, the dev loss of the last checkpoint "
                          "(`onmt-main eval` on the whole dev split).")
     flags.DEFINE_float("curve_every_minutes", 0, "Keep the model's weights every this many minutes "
@@ -151,12 +145,9 @@ def define_flags():
                        "the dev BLEU sentences (greedy); 0: no curve.")
     flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU curve, one a "
                         "line (default: the first --dev_bleu_sentences of the dev split).")
-    flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
     flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the curve when no files are "
                          "given.")
     flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
-    flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
-                         "left out of the throughput (warm-up).")
     flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
                          "batches to multiples of 8).")
     flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
@@ -164,54 +155,14 @@ def define_flags():
                          "--intra_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
     flags.DEFINE_integer("inter_op_parallelism_threads", 0, "onmt-main "
                          "--inter_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
-    flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
-    flags.mark_flags_as_required(["data_dir", "work_dir"])
-
-
-class PeerError(ValueError):
-    """A step of the peer failed; the message says which and where its log is."""
 
 
 # --- Environment -------------------------------------------------------------------------------
 
-def python_version(executable: str):
-    """The version ("3.11") of a Python that runs and can create virtual environments, else
-    None."""
-    try:
-        result = subprocess.run(
-            [executable, "-c",
-             "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def find_python(requested: str = None):
-    """The first Python 3.11 or 3.10 that works: --python, else python3.11 and python3.10 on
-    PATH, else pyenv's versions (pyenv's shims on PATH fail for versions not selected)."""
-    if requested:
-        candidates = [requested]
-    else:
-        pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-        candidates = [f"python{version}" for version in SUPPORTED_PYTHONS]
-        for version in SUPPORTED_PYTHONS:
-            versions_dir = os.path.join(pyenv_root, "versions")
-            names = os.listdir(versions_dir) if os.path.isdir(versions_dir) else []
-            for name in sorted(names, reverse=True):
-                if name.startswith(version + "."):
-                    candidates.append(os.path.join(versions_dir, name, "bin", f"python{version}"))
-    for candidate in candidates:
-        executable = shutil.which(candidate) or candidate
-        if os.path.isfile(executable) and python_version(executable) in SUPPORTED_PYTHONS:
-            return executable
-    return None
-
-
 def requirements() -> list:
     """OpenNMT-tf, TensorFlow and CTranslate2 pinned; sacrebleu and sentencepiece at this
     Python's versions (t2t_lite's setup.py pins), so that both environments tokenize and score
-    alike. The list is written to the environment's REQUIREMENTS_MARKER once installed; a list
+    alike. The list is written to the environment's requirements marker once installed; a list
     that differs from it (a new pin) makes `ensure_environment` install again."""
     return [f"opennmt-tf=={OPENNMT_TF_VERSION}", f"tensorflow-cpu=={TENSORFLOW_VERSION}",
             f"ctranslate2=={CTRANSLATE2_VERSION}",
@@ -220,147 +171,29 @@ def requirements() -> list:
 
 
 def ensure_environment(venv_dir: str, requested_python: str = None) -> str:
-    """The environment's Python, after creating the environment or completing its install if
-    needed. Exits with status 3 when it must be created and no Python 3.10 or 3.11 exists."""
-    venv_python = os.path.join(venv_dir, "bin", "python")
-    marker = os.path.join(venv_dir, REQUIREMENTS_MARKER)
-    wanted = "\n".join(requirements()) + "\n"
-    if os.path.exists(marker) and os.path.exists(venv_python):
-        with open(marker, encoding="utf-8") as handle:
-            if handle.read() == wanted:
-                return venv_python
-    if not os.path.exists(venv_python) or python_version(venv_python) not in SUPPORTED_PYTHONS:
-        python = find_python(requested_python)
-        if python is None:
-            where = requested_python or "python3.11, python3.10 (PATH) or pyenv's versions"
-            print(f"OpenNMT-tf peer skipped: it needs Python 3.10 or 3.11 for TensorFlow "
-                  f"{TENSORFLOW_VERSION}, and none was found ({where}). Install one (e.g. "
-                  f"`pyenv install 3.11`) or pass --python.", file=sys.stderr)
-            sys.exit(NO_PYTHON_EXIT_STATUS)
-        if os.path.isdir(venv_dir) and os.listdir(venv_dir) and not os.path.exists(
-                os.path.join(venv_dir, "pyvenv.cfg")):
-            raise PeerError(f"--venv_dir={venv_dir} is a folder with files but no virtual "
-                            "environment: choose a new or empty folder")
-        print(f"creating OpenNMT-tf's environment in {venv_dir} with {python} (once)", flush=True)
-        run_checked([python, "-m", "venv", "--clear", venv_dir],
-                    "creating the virtual environment")
-    print(f"installing {' '.join(requirements())} into {venv_dir}", flush=True)
-    run_checked([venv_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 *requirements()], "pip install")
-    with open(marker, "w", encoding="utf-8") as handle:
-        handle.write(wanted)
-    return venv_python
+    """OpenNMT-tf's environment's Python, after creating the environment or completing its
+    install if needed (peer_environment.ensure_environment). Exits with status 3 when it must be
+    created and no Python 3.10 or 3.11 exists."""
+    return peer_environment.ensure_environment(
+        venv_dir, requirements(), "OpenNMT-tf", requested_python, SUPPORTED_PYTHONS,
+        f"OpenNMT-tf peer skipped: it needs Python 3.10 or 3.11 for TensorFlow "
+        f"{TENSORFLOW_VERSION}")
 
 
 def installed_versions(venv_python: str) -> dict:
-    code = ("from importlib.metadata import version; import sys; "
-            "print(version('OpenNMT-tf'), version('tensorflow-cpu'), version('ctranslate2'), "
-            "sys.version.split()[0])")
-    output = subprocess.run([venv_python, "-c", code], capture_output=True, text=True,
-                            check=True).stdout.split()
-    return dict(zip(("opennmt_tf", "tensorflow", "ctranslate2", "python"), output))
-
-
-def run_checked(command: list, what: str):
-    if subprocess.run(command).returncode:
-        raise PeerError(f"{what} failed: {' '.join(command)}")
-
-
-# --- Data: the problem's sentence pairs as SentencePiece pieces ---------------------------------
-
-class PieceTokens:
-    """SentencePiece ids <-> the space-separated tokens of OpenNMT-tf's files.
-
-    A piece id's token is the piece itself, or `<piece_ID>` for a piece that a whitespace split
-    would cut or drop (this model has a tab and a no-break space piece). The control pieces
-    (<pad>, </s>) and <unk> have no token of their own: OpenNMT-tf has its own <blank>, </s> and
-    <unk>.
-    """
-
-    RESERVED = ("<blank>", "<s>", "</s>")  # ids 0, 1, 2 of every OpenNMT-tf vocabulary
-    UNKNOWN = "<unk>"  # OpenNMT-tf's out-of-vocabulary bucket, the id after the file's
-
-    def __init__(self, vocabulary):
-        self.processor = vocabulary.processor
-        self.tokens = []
-        for piece_id in range(self.processor.get_piece_size()):
-            piece = self.processor.id_to_piece(piece_id)
-            if self.processor.is_control(piece_id) or self.processor.is_unknown(piece_id):
-                self.tokens.append(None)
-            elif not piece or any(char.isspace() or not char.isprintable() for char in piece):
-                self.tokens.append(f"<piece_{piece_id}>")
-            else:
-                self.tokens.append(piece)
-        self.ids = {token: i for i, token in enumerate(self.tokens) if token is not None}
-        named = [token for token in self.tokens if token is not None]
-        if len(self.ids) != len(named) or set(self.RESERVED + (self.UNKNOWN,)) & set(named):
-            raise PeerError("the SentencePiece model has pieces that collide with OpenNMT-tf's "
-                            "special tokens or with each other")
-        self.ids[self.UNKNOWN] = self.processor.unk_id()
-
-    def encode(self, text: str) -> str:
-        return " ".join(self.tokens[i] or self.UNKNOWN for i in self.processor.encode(text))
-
-    def decode(self, line: str) -> str:
-        return self.processor.decode([self.ids[token] for token in line.split(" ") if token])
-
-    def write_vocabulary(self, path: str) -> int:
-        """OpenNMT-tf's vocabulary file (the format `onmt-build-vocab --from_format
-        sentencepiece` writes): <blank>, <s>, </s>, then one token a line. Returns OpenNMT-tf's
-        vocabulary size (the file's lines + <unk>)."""
-        lines = list(self.RESERVED) + [token for token in self.tokens if token is not None]
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(token + "\n" for token in lines)
-        return len(lines) + 1
-
-
-def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_sentences: int = 0):
-    """Tokenized train / dev / test source files and the vocabulary in `out_dir`. Returns
-    their paths, the number of pairs of each split, the vocabulary size, the test references
-    (the first `test_sentences` if not 0) and the dev pairs as text (`dev_pairs`), and the
-    PieceTokens."""
-    os.makedirs(out_dir, exist_ok=True)
-    pieces = PieceTokens(problem.feature_encoders(data_dir)["inputs"])
-    paths = {"vocabulary": os.path.join(out_dir, "vocab.txt"), "counts": {}, "dev_pairs": []}
-    paths["vocabulary_size"] = pieces.write_vocabulary(paths["vocabulary"])
-    for split in (TRAIN, DEV):
-        names = {side: os.path.join(out_dir, f"{split}.{side}") for side in ("source", "target")}
-        count = 0
-        with open(names["source"], "w", encoding="utf-8") as source, \
-                open(names["target"], "w", encoding="utf-8") as target:
-            for sample in problem.generate_samples(data_dir, tmp_dir, split):
-                if not sample["inputs"].strip() or not sample["targets"].strip():
-                    continue  # t2t_lite's datagen skips these pairs (SplitStats.keep)
-                source.write(pieces.encode(sample["inputs"]) + "\n")
-                target.write(pieces.encode(sample["targets"]) + "\n")
-                count += 1
-                if split == DEV:
-                    paths["dev_pairs"].append((sample["inputs"], sample["targets"]))
-        paths[split] = names
-        paths["counts"][split] = count
-    test = problem.text_paths(data_dir, "test")
-    paths["test_source"] = os.path.join(out_dir, "test.source")
-    sources, references = (decoder.read_sentences(test[feature]) for feature in ("inputs", "targets"))
-    if test_sentences:
-        sources, references = sources[:test_sentences], references[:test_sentences]
-    decoder.write_lines(paths["test_source"], [pieces.encode(line) for line in sources])
-    paths["test_references"] = references
-    return paths, pieces
+    return peer_environment.installed_versions(
+        venv_python, {"opennmt_tf": "OpenNMT-tf", "tensorflow": "tensorflow-cpu",
+                      "ctranslate2": "ctranslate2"})
 
 
 # --- OpenNMT-tf's model and configuration -------------------------------------------------------
 
 def check_representable(hparams):
     """The hparams that OpenNMT-tf's Transformer and NoamDecay can express, or an error."""
-    schedule = tuple(hparams.learning_rate_schedule)
-    if schedule not in (("constant", "linear_warmup", "rsqrt_decay", "rsqrt_hidden_size"),
-                        ("constant", "noam")):
-        raise PeerError(f"learning_rate_schedule {'*'.join(schedule)} has no NoamDecay form")
+    peer_training.check_representable(hparams)
     if (hparams.layer_preprocess_sequence, hparams.layer_postprocess_sequence) not in (
             ("n", "da"), ("none", "dan")):
         raise PeerError("only pre-norm (n/da) and post-norm (none/dan) map onto OpenNMT-tf")
-    if not hparams.shared_embedding_and_softmax_weights:
-        raise PeerError("the comparison shares source, target and softmax embeddings")
 
 
 def model_file_text(hparams) -> str:
@@ -438,54 +271,14 @@ def onmt_config(hparams, paths: dict, model_dir: str) -> dict:
     }
 
 
-def yaml_text(value, indent: int = 0) -> str:
-    """A nested dict of scalars as YAML. Floats always carry a '.', since PyYAML (YAML 1.1)
-    reads 1e-09 as a string; strings are JSON-quoted, which YAML reads as they are."""
-    lines = []
-    for key, item in value.items():
-        prefix = " " * indent + f"{key}:"
-        if isinstance(item, dict):
-            lines.append(prefix + "\n" + yaml_text(item, indent + 2))
-            continue
-        if isinstance(item, bool):
-            text = "true" if item else "false"
-        elif isinstance(item, float):
-            text = repr(item)
-            mantissa, _, exponent = text.partition("e")
-            if exponent and "." not in mantissa:
-                text = f"{mantissa}.0e{exponent}"
-        elif isinstance(item, int):
-            text = str(item)
-        else:
-            text = json.dumps(item)
-        lines.append(f"{prefix} {text}")
-    return "\n".join(lines)
-
-
 # --- Running onmt-main and reading its log -------------------------------------------------------
 
 PROGRESS = re.compile(r"Step = \d+|Saved|time limit|training loop|Evaluation result|Error")
 
 
-def run_logged(command: list, log_path: str, what: str):
-    """Runs `command` with its output into `log_path` and its progress lines echoed (without
-    the logger's prefix); returns its wall time. A failure names the log and shows its end."""
-    environment = dict(os.environ, PYTHONUNBUFFERED="1")
-    environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    start = time.time()
-    with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, env=environment)
-        for line in process.stdout:
-            log.write(line)
-            if PROGRESS.search(line):
-                print(f"  [{what}] {line.rstrip().split('] ', 1)[-1]}", flush=True)
-        status = process.wait()
-    if status:
-        with open(log_path, encoding="utf-8") as log:
-            tail = "".join(log.readlines()[-25:])
-        raise PeerError(f"{what} failed (exit status {status}); the end of {log_path}:\n{tail}")
-    return time.time() - start
+def run_logged(command: list, log_path: str, what: str) -> float:
+    """peer_training.run_logged, echoing onmt-main's progress lines."""
+    return peer_training.run_logged(command, log_path, what, progress=PROGRESS)
 
 
 # OpenNMT-tf's log lines: "2026-01-01 10:00:00.123000: I runner.py:310] Step = 100 ; ..."
@@ -540,22 +333,6 @@ def parse_training_log(text: str) -> dict:
             "last_loss": float(loop[-1][2]) if loop else None}
 
 
-def throughput(windows: list, skip_steps: int) -> dict:
-    """Medians over the windows that start after `skip_steps` and hold an update (None without
-    any): a log line at or before OpenNMT-tf's own warm-up (update 2) reports rates of 0."""
-    kept = [window for window in windows
-            if window["first_step"] > skip_steps and window["step"] >= window["first_step"]]
-    if not kept:
-        return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
-                "target_tokens_per_step": None, "throughput_windows": 0}
-    median = statistics.median
-    return {"target_tokens_per_s": median(w["target"] for w in kept),
-            "source_tokens_per_s": median(w["source"] for w in kept),
-            "steps_per_s": median(w["steps_per_s"] for w in kept),
-            "target_tokens_per_step": median(w["target"] / w["steps_per_s"] for w in kept),
-            "throughput_windows": len(kept)}
-
-
 def learning_rate_difference(windows: list, hparams):
     """The largest |logged rate - t2t_lite's rate| (the log line after update k shows the
     rate of update k + 1)."""
@@ -587,8 +364,7 @@ def train_and_score(venv_python: str, hparams, problem) -> dict:
     result["train_pairs"] = paths["counts"][TRAIN]
     config_path = os.path.join(work_dir, "config.yml")
     model_path = os.path.join(work_dir, "model.py")
-    with open(config_path, "w", encoding="utf-8") as handle:
-        handle.write(yaml_text(onmt_config(hparams, paths, model_dir)) + "\n")
+    write_yaml(config_path, onmt_config(hparams, paths, model_dir))
     with open(model_path, "w", encoding="utf-8") as handle:
         handle.write(model_file_text(hparams))
     if not FLAGS.continue_training:
@@ -676,22 +452,6 @@ def dev_loss(onmt_command: list, work_dir: str) -> dict:
             "dev_loss_definition": DEV_LOSS_DEFINITION, "eval_seconds": seconds}
 
 
-def dev_bleu_sentences(paths: dict):
-    """(sources, references) of the curve: the given files, else the first
-    --dev_bleu_sentences dev pairs."""
-    if FLAGS.dev_bleu_source or FLAGS.dev_bleu_reference:
-        if not (FLAGS.dev_bleu_source and FLAGS.dev_bleu_reference):
-            raise PeerError("give both --dev_bleu_source and --dev_bleu_reference")
-        sources = decoder.read_sentences(FLAGS.dev_bleu_source)
-        references = decoder.read_sentences(FLAGS.dev_bleu_reference)
-        if len(sources) != len(references):
-            raise PeerError(f"--dev_bleu_source has {len(sources)} lines but "
-                            f"--dev_bleu_reference has {len(references)}")
-        return sources, references
-    pairs = paths["dev_pairs"][:FLAGS.dev_bleu_sentences]
-    return [source for source, _ in pairs], [reference for _, reference in pairs]
-
-
 def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir: str,
                    paths: dict, pieces) -> list:
     """Each curve checkpoint (timed_train.py's curve.json) translates the dev BLEU sentences
@@ -700,12 +460,12 @@ def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir:
     points with `bleu` added."""
     with open(os.path.join(curve_dir, "curve.json"), encoding="utf-8") as handle:
         points = json.load(handle)
-    sources, references = dev_bleu_sentences(paths)
+    sources, references = peer_training.dev_bleu_sentences(
+        paths, FLAGS.dev_bleu_source, FLAGS.dev_bleu_reference, FLAGS.dev_bleu_sentences)
     source_path = os.path.join(curve_dir, "dev_bleu.source")
     decoder.write_lines(source_path, [pieces.encode(line) for line in sources])
     greedy_config = os.path.join(work_dir, "greedy.yml")
-    with open(greedy_config, "w", encoding="utf-8") as handle:
-        handle.write(yaml_text({"params": {"beam_width": 1}}) + "\n")
+    write_yaml(greedy_config, {"params": {"beam_width": 1}})
     config_index = common_args.index("--config") + 1
     greedy_args = (common_args[:config_index + 1] + [greedy_config]
                    + common_args[config_index + 1:])
@@ -849,10 +609,6 @@ def ctranslate2_command(venv_python: str, setup: dict, model_dir: str, output: s
             f"--intra_threads={intra}", f"--inter_threads={inter}"]
 
 
-def fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def print_table(result: dict, hparams):
     limits = [f"{FLAGS.train_steps} steps"] if FLAGS.train_steps else []
     limits += [f"{FLAGS.train_minutes:g} min"] if FLAGS.train_minutes else []
@@ -861,14 +617,7 @@ def print_table(result: dict, hparams):
           f"{hparams.learning_rate_constant:g}; limit {' / '.join(limits)}; log every "
           f"{FLAGS.log_every}, throughput after step {FLAGS.skip_steps} "
           f"({result['throughput_windows']} windows)")
-    header = (f"{'steps':>6}{'train s':>9}{'target tok/s':>14}{'source tok/s':>14}"
-              f"{'steps/s':>9}{'tok/step':>10}{'loss':>8}{'loss-floor':>11}{'BLEU':>7}")
-    print(header + "\n" + "-" * len(header))
-    print(f"{result['steps']:>6}{result['train_seconds']:>9.1f}"
-          f"{fmt(result['target_tokens_per_s'], '.0f'):>14}"
-          f"{fmt(result['source_tokens_per_s'], '.0f'):>14}{fmt(result['steps_per_s'], '.3f'):>9}"
-          f"{fmt(result.get('target_tokens_per_step'), '.0f'):>10}{result['final_loss']:>8.3f}"
-          f"{result['final_loss_minus_floor']:>11.3f}{fmt(result.get('bleu'), '.2f'):>7}")
+    peer_training.print_throughput_table(result)
     difference = fmt(result["learning_rate_max_abs_diff"], ".1e")
     print(f"loss: the last update's (OpenNMT-tf's label-smoothed cross entropy; loss-floor "
           f"subtracts {result['loss_floor']:.3f} as t2t_lite's does); logged learning rates vs "
@@ -893,17 +642,9 @@ def main(unused_argv):
     setup_seconds = time.time() - start
     versions = installed_versions(venv_python)
 
-    hparams = registry.hparams(HPARAMS_SET)
-    overrides = {"learning_rate_warmup_steps": FLAGS.warmup_steps,
-                 "learning_rate_constant": FLAGS.learning_rate_constant}
-    hparams = hparams.replace(**{k: v for k, v in overrides.items() if v is not None})
+    hparams = peer_training.peer_hparams(FLAGS.warmup_steps, FLAGS.learning_rate_constant)
     check_representable(hparams)
-    problem = registry.problem(PROBLEM)
-    data_dir = FLAGS.data_dir
-    test_paths = problem.text_paths(data_dir, "test").values()
-    if not os.path.exists(problem.vocab_path(data_dir)) or not all(map(os.path.exists,
-                                                                        test_paths)):
-        problem.generate_data(data_dir, FLAGS.tmp_dir)  # what t2t_lite-datagen does
+    problem = peer_training.problem_with_data(FLAGS.data_dir, FLAGS.tmp_dir)
 
     result = {"toolkit": f"OpenNMT-tf {versions['opennmt_tf']} / TF {versions['tensorflow']}",
               "python": versions["python"], "setup_seconds": setup_seconds,
@@ -915,10 +656,7 @@ def main(unused_argv):
               "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads}
     result.update(train_and_score(venv_python, hparams, problem))
     print_table(result, hparams)
-    if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {FLAGS.output_json}")
+    peer_training.write_json(FLAGS.output_json, result)
 
 
 if __name__ == "__main__":
