@@ -1,12 +1,12 @@
 """Decoding speed on Multi30k test_2016_flickr: t2t_lite's own modes, or t2t_lite against
-OpenNMT-tf and CTranslate2 (--compare).
+OpenNMT-tf, eole and CTranslate2 (--compare).
 
   python benchmarks/decode_speed.py --data_dir=D --output_dir=O [--num_sentences=1000]
       [--modes=beam4_cached,beam4_uncached,greedy_cached,greedy_uncached] [--output_json=F]
   python benchmarks/decode_speed.py --compare --data_dir=D --t2t_lite_dir=T --peer_dir=P
       --work_dir=W [--rounds=3] [--num_sentences=1000 --batch_size=32 --beam_size=4 --alpha=0.6]
       [--parallel_batches=1] [--intra_op_parallelism_threads=0 --inter_op_parallelism_threads=0]
-      [--output_json=F]
+      [--eole_dir=E [--eole_model=M] [--eole_ctranslate2_dir=C]] [--output_json=F]
 
 Modes. O holds a trained translate_multi30k_deen model (t2t_lite-trainer); if it has no
 checkpoint, transformer_small is trained there first for --train_steps (a short run: its
@@ -23,7 +23,7 @@ cached / uncached is the speed-up of incremental decoding (the issue's target: a
 --compare. The same first --num_sentences test sentences, beam --beam_size, length penalty
 --alpha, batches of --batch_size, --parallel_batches batches translated at once (each with
 --intra_op_parallelism_threads threads for an operation; 0: as t2t_lite-decoder chooses), and
-the same --inter_op_parallelism_threads for nine contestants (--contestants chooses):
+the same --inter_op_parallelism_threads for twelve contestants (--contestants chooses):
   - t2t_lite decoder: the Translator of t2t_lite-decoder with its default decode_hparams (the
     search without XLA; "(XLA)" in the table if that default changes) but parallel_batches
     from --parallel_batches, its thread pools sized as t2t_lite-decoder sizes them
@@ -71,11 +71,29 @@ the same --inter_op_parallelism_threads for nine contestants (--contestants choo
     instruction set, matrix product backends and resolved compute type recorded in the JSON
     (ctranslate2_cpu, read by ctranslate2_runtime.logged_cpu). Its length penalty is
     length^alpha, not GNMT's ((5 + length) / 6)^alpha as in t2t_lite and OpenNMT-tf, so a few
-    beams may rank differently (its BLEU says whether that matters). CTRANSLATE2 below is where
-    other converted models (eole's) would be added.
-A contestant that cannot run here (no Python 3.10 or 3.11 for the peer's environment, no
---peer_dir, a failed conversion) is left out of the table with the reason, as run.py's exit
-status 3 asks callers to do.
+    beams may rank differently (its BLEU says whether that matters).
+  - eole predict: eole's own translation (`eole predict -config`, as its users run it) on the
+    model in --eole_dir (a work dir of benchmarks/peers/eole/run.py: the average in model/avg
+    that run.py --decode translates when it is newer than the last step_N checkpoint, else
+    that checkpoint; --eole_model chooses), in eole's environment (--eole_venv_dir, run.py's
+    --venv_dir), through peers/eole/decode.py, with run.py's prediction configuration
+    (`predict_config`): beam --beam_size, eole's GNMT length penalty ("wu", --alpha; eole counts
+    a hypothesis one token longer than t2t_lite, the closest it has), batches of --batch_size
+    sentences (eole sorts them by length), one length limit of max_length + 50 = 150 tokens
+    (max_length_ratio 0). Its source is the SentencePiece pieces with eole's `</s>` appended,
+    as run.py trains and decodes. PyTorch's thread pools take the thread flags as given (0:
+    PyTorch's choice), as onmt-main infer's take them; one batch at a time.
+  - CTranslate2 4.x float32 and int8 on eole's model ("ctranslate2_eole_4_float32",
+    "ctranslate2_eole_4_int8"; "(eole)" in the table): eole's model converted by CTranslate2
+    4.x's own eole converter in eole's environment, as run.py --ctranslate2_dir converts it:
+    --eole_ctranslate2_dir, a folder that run.py --ctranslate2_dir wrote, else the decoded
+    model converted once into W/eole_ctranslate2 by run.py's `convert_to_ctranslate2`; then
+    translated by CTranslate2 4.x's environment as above, on the eole source tokens, up to 150
+    tokens.
+A contestant that cannot run here (no Python for a peer's environment, no --peer_dir or
+--eole_dir, a failed conversion) is left out of the table with the reason, as run.py's exit
+status 3 asks callers to do. Every peer's output is turned back into text by the same
+PieceTokens (eole's run.py detokenizes with it too) and scored alike.
 
 This machine's speed drifts (by up to 1.5 times within minutes), so contestants timed one after
 the other are not timed on the same machine: they run in turn, A, B, C, D, A, B, C, D, ... for
@@ -98,9 +116,11 @@ work. Ratios of sentences per second, t2t_lite's contestants over onmt-main infe
 CTranslate2 row, are taken within each round and reported as their median and min-max over
 rounds (and the median ratios of target tokens/s and end-to-end sentences/s), beside the
 issue's targets (reported, not asserted): at least 3 times onmt-main infer, at least 2/3 of
-CTranslate2 float32 (none against int8), and peak memory at most OpenNMT-tf's.
+CTranslate2 float32 on OpenNMT-tf's model (none against int8 and against eole's rows, which
+the issue predates), and peak memory at most OpenNMT-tf's.
 W keeps each contestant-round's translations and log (round<R>_<contestant>.txt, .tokens for
-the peer's, .log), the SavedModels, the CTranslate2 model and the peer's decode.yml and tokens.
+the peers', .log), the SavedModels, the CTranslate2 models, the peer's decode.yml and tokens
+(W/peer) and eole's decode.yaml and tokens (W/eole).
 """
 import concurrent.futures
 import json
@@ -226,6 +246,7 @@ if __name__ == "__main__" and sys.argv[1:2] == [SAVED_MODEL_CLIENT]:
 CALLER_ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 
 import collections  # noqa: E402
+import filecmp  # noqa: E402
 import importlib.util  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -269,29 +290,33 @@ def load_peer():
 
 peer = load_peer()
 ctranslate2_runtime = load_module("ctranslate2_runtime", "ctranslate2_runtime.py")
+eole_peer = load_module("eole_peer", os.path.join("eole", "run.py"))
+eole_decode = load_module("eole_decode", os.path.join("eole", "decode.py"))
 
 # CTranslate2's contestants: the runtime that translates ("peer": the CTranslate2 of OpenNMT-tf's
 # environment, 3.24, the newest its pin allows; "4.x": CTranslate2 4.x in an environment of its
 # own, peers/ctranslate2_runtime.py), the compute type it asks for ("int8" on a CPU resolves to
 # int8_float32, the same as asking for int8_float32: decode.py records the resolved type), and
-# the converted model it loads ("opennmt_tf": the peer's checkpoint converted once by
-# ct2-opennmt-tf-converter in the peer's environment; its tokens are the peer's). An eole model
-# converted by peers/eole/run.py --ctranslate2_dir would be another model here (e.g.
-# "ctranslate2_eole_int8": CTranslate2Contestant("4.x", "int8", "eole"), with its own tokens in
-# prepare_peer), and eole's own predict a peer contestant beside onmt_infer (its command built as
-# peer.infer_command builds onmt-main's).
+# the converted model it loads, with its own tokens ("opennmt_tf": the peer's checkpoint
+# converted once by ct2-opennmt-tf-converter in the peer's environment, prepare_peer; "eole":
+# eole's model converted by CTranslate2 4.x's eole converter in eole's environment,
+# prepare_eole).
 CTranslate2Contestant = collections.namedtuple("CTranslate2Contestant",
                                                ["runtime", "compute_type", "model"])
 CTRANSLATE2 = {"ctranslate2": CTranslate2Contestant("peer", "float32", "opennmt_tf"),
                "ctranslate2_4_float32": CTranslate2Contestant("4.x", "float32", "opennmt_tf"),
-               "ctranslate2_4_int8": CTranslate2Contestant("4.x", "int8", "opennmt_tf")}
+               "ctranslate2_4_int8": CTranslate2Contestant("4.x", "int8", "opennmt_tf"),
+               "ctranslate2_eole_4_float32": CTranslate2Contestant("4.x", "float32", "eole"),
+               "ctranslate2_eole_4_int8": CTranslate2Contestant("4.x", "int8", "eole")}
 CTRANSLATE2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION,
                         "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
+CTRANSLATE2_MODEL_LABELS = {"opennmt_tf": "", "eole": " (eole)"}
 
 
 def ctranslate2_label(name: str) -> str:
     contestant = CTRANSLATE2[name]
-    return f"CTranslate2 {CTRANSLATE2_VERSIONS[contestant.runtime]} {contestant.compute_type}"
+    return (f"CTranslate2 {CTRANSLATE2_VERSIONS[contestant.runtime]} {contestant.compute_type}"
+            + CTRANSLATE2_MODEL_LABELS[contestant.model])
 
 
 # --compare's contestants: name -> what the table calls it, in the order each round runs them.
@@ -302,6 +327,7 @@ CONTESTANTS = {"t2t_lite_decoder": "t2t_lite decoder" + (
                "t2t_lite_decoder_ct2_stop": "t2t_lite decoder (CT2's stop)",
                "t2t_lite_saved_model_ct2_stop": "t2t_lite SavedModel (CT2's stop)",
                "onmt_infer": "onmt-main infer",
+               "eole_predict": f"eole {eole_peer.EOLE_VERSION} predict",
                **{name: ctranslate2_label(name) for name in CTRANSLATE2}}
 # t2t_lite's SavedModels: its folder in --work_dir, whether XLA compiles its search, and whether
 # it stops as CTranslate2 does (stop_after_finished = the beam size, SearchHParams).
@@ -311,11 +337,18 @@ SAVED_MODELS = {"t2t_lite_saved_model": SavedModel("saved_model", False, False),
                 "t2t_lite_saved_model_ct2_stop": SavedModel("saved_model_ct2_stop", False, True)}
 DECODERS = {"t2t_lite_decoder": False, "t2t_lite_decoder_ct2_stop": True}  # CT2's stop or not
 OURS = (*DECODERS, *SAVED_MODELS)
-PEERS = ("onmt_infer", *CTRANSLATE2)
+PEERS = ("onmt_infer", "eole_predict", *CTRANSLATE2)
+# Each peer model's contestants, left out together when that model cannot be had.
+OPENNMT_TF_ROWS = ("onmt_infer", *(name for name, contestant in CTRANSLATE2.items()
+                                   if contestant.model == "opennmt_tf"))
+EOLE_ROWS = ("eole_predict", *(name for name, contestant in CTRANSLATE2.items()
+                               if contestant.model == "eole"))
 # The sentences/s ratios the issue asks for: at least 3 times onmt-main infer and 2/3 of
-# CTranslate2 in float32 (t2t_lite decodes in float32); against int8 the ratio has no target.
+# CTranslate2 in float32 on OpenNMT-tf's model (t2t_lite decodes in float32); against int8 and
+# eole's rows (which the issue predates) the ratio has no target.
 TARGETS = {"onmt_infer": 3.0, **{name: 2 / 3 for name, contestant in CTRANSLATE2.items()
-                                 if contestant.compute_type == "float32"}}
+                                 if (contestant.compute_type, contestant.model)
+                                 == ("float32", "opennmt_tf")}}
 
 # --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow's default
 # for the CPU). TensorFlow 2.13 reads only "0"/"false" and "1"/"true"; any other value, the empty
@@ -341,14 +374,15 @@ flags.DEFINE_list("modes", list(MODES), f"Any of {', '.join(MODES)}.")
 flags.DEFINE_string("mode", None, "Internal: measure this one mode and print its JSON.")
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
 flags.DEFINE_boolean("compare", False, "Compare t2t_lite's decoder and SavedModel with "
-                     "onmt-main infer and CTranslate2 (see the docstring) instead of the modes.")
+                     "onmt-main infer, eole predict and CTranslate2 (see the docstring) instead "
+                     "of the modes.")
 flags.DEFINE_string("t2t_lite_dir", None, "--compare: t2t_lite's trained output dir "
                     "(checkpoints and hparams.json).")
 flags.DEFINE_string("t2t_lite_checkpoint", None, "--compare: the checkpoint to decode (default: "
                     "T/averaged/model.ckpt when there, else T's latest).")
 flags.DEFINE_string("peer_dir", None, "--compare: the OpenNMT-tf peer's work dir, as run.py "
-                    "wrote it (config.yml, model.py, data/vocab.txt, model/); without it the "
-                    "peer's two rows are left out.")
+                    "wrote it (config.yml, model.py, data/vocab.txt, model/); without it "
+                    "onmt-main infer and CTranslate2 on its model are left out.")
 flags.DEFINE_string("peer_checkpoint", None, "--compare: the peer checkpoint to decode "
                     "(default: P/model/avg's when there, else P/model's latest).")
 flags.DEFINE_string("peer_venv_dir", peer.DEFAULT_VENV_DIR, "--compare: OpenNMT-tf's virtual "
@@ -366,14 +400,26 @@ flags.DEFINE_enum("peer_onednn", "default", list(PEER_ONEDNN), "--compare: Tenso
 flags.DEFINE_integer("peer_length_bucket_width", peer.INFER_LENGTH_BUCKET_WIDTH,
                      "--compare: onmt-main infer's infer.length_bucket_width (OpenNMT-tf's "
                      "Transformer default 5; 1 as in run.py --decode).", lower_bound=1)
+flags.DEFINE_string("eole_dir", None, "--compare: the eole peer's work dir, as its run.py wrote "
+                    "it (data/eole_vocab.txt, model/); without it eole's three rows are left out.")
+flags.DEFINE_string("eole_model", None, "--compare: the eole model to decode (default: "
+                    "E/model/avg when newer than E's last model/step_N, else that step_N).")
+flags.DEFINE_string("eole_ctranslate2_dir", None, "--compare: eole's model converted by its "
+                    "run.py --ctranslate2_dir (default: the decoded model converted into "
+                    "W/eole_ctranslate2 the same way).")
+flags.DEFINE_string("eole_venv_dir", eole_peer.DEFAULT_VENV_DIR, "--compare: eole's virtual "
+                    "environment (its run.py's --venv_dir; created or completed when needed).")
+flags.DEFINE_string("eole_python", None, "--compare: Python 3.11 to create it with (its "
+                    "run.py's --python).")
 flags.DEFINE_string("work_dir", None, "--compare: folder of the SavedModel, the CTranslate2 "
-                    "model, each round's translations and logs.")
+                    "models, the peers' inputs, each round's translations and logs.")
 flags.DEFINE_integer("rounds", 3, "--compare: rounds; every contestant runs once a round, in "
                      "turn, each in its own process.", lower_bound=1)
 flags.DEFINE_list("contestants", list(CONTESTANTS), f"--compare: any of {', '.join(CONTESTANTS)}.")
 flags.DEFINE_integer("beam_size", 4, "--compare: beam size of every contestant.", lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "--compare: length penalty of every contestant (t2t_lite and "
-                   "OpenNMT-tf: GNMT's ((5 + length) / 6)^alpha; CTranslate2: length^alpha).")
+                   "OpenNMT-tf: GNMT's ((5 + length) / 6)^alpha; eole: GNMT's, counting one "
+                   "token more; CTranslate2: length^alpha).")
 flags.DEFINE_integer("latency_sentences", 50, "--compare: the first this many sentences are "
                      "also translated one at a time for the single-sentence latency.",
                      lower_bound=1)
@@ -626,86 +672,162 @@ def write_saved_model_job(sources: list, encoders: dict) -> str:
     return path
 
 
-def prepare_peer(entries: dict, problem, sources: list) -> dict:
-    """The peer's environment, decode.yml, tokens and CTranslate2 model. Marks the peer's
-    entries `dropped` (with the reason) where they cannot run. Returns what the rounds need."""
-    if not any(name in entries for name in PEERS):
-        return {}
+def running(entries: dict, names) -> list:
+    """Those of `names` in the race and not left out."""
+    return [name for name in names if name in entries and not entries[name].get("dropped")]
 
-    def drop(reason, names=PEERS):
-        for name in names:
-            if name in entries:
-                entries[name]["dropped"] = reason
-        print(f"left out: {', '.join(CONTESTANTS[n] for n in names if n in entries)}: {reason}",
+
+def drop(entries: dict, names, reason: str):
+    """Leaves `names` out of the race (those in it) with the reason, printed and in the JSON."""
+    names = running(entries, names)
+    for name in names:
+        entries[name]["dropped"] = reason
+    if names:
+        print(f"left out: {', '.join(CONTESTANTS[name] for name in names)}: {reason}",
               flush=True)
 
-    if not FLAGS.peer_dir:
-        drop("no --peer_dir given")
-        return {}
+
+def environment_python(entries: dict, names, what: str, pythons: str, ensure,
+                       required_flag: str = None):
+    """`ensure()`'s Python for `what`'s environment if any of `names` is in the race, else
+    None; also None, with `names` left out, when `required_flag` (their model's folder) is not
+    given or the environment cannot be made (no Python of `pythons`: the exit status 3 of the
+    peers' environment code)."""
+    if not running(entries, names):
+        return None
+    if required_flag and not getattr(FLAGS, required_flag):
+        return drop(entries, names, f"no --{required_flag} given")
     try:
-        venv_python = peer.ensure_environment(os.path.expanduser(FLAGS.peer_venv_dir),
-                                              FLAGS.peer_python)
+        return ensure()
     except SystemExit as exit_:
         if exit_.code != peer.NO_PYTHON_EXIT_STATUS:
             raise
-        drop("no Python 3.10 or 3.11 for OpenNMT-tf's TensorFlow (see above)")
-        return {}
-    pieces = peer.PieceTokens(problem.feature_encoders(FLAGS.data_dir)["inputs"])
-    setup = peer.prepare_decoding(
-        venv_python, os.path.abspath(FLAGS.peer_dir), pieces,
+        drop(entries, names, f"no Python {pythons} for {what} (see above)")
+    except peer.PeerError as error:
+        drop(entries, names, f"{what}: {error}")
+    return None
+
+
+def prepare_peer(entries: dict, sources: list, setup: dict):
+    """The OpenNMT-tf peer's environment, decode.yml, tokens and CTranslate2 model, into
+    `setup`. Leaves its contestants out (with the reason) where they cannot run."""
+    venv_python = environment_python(
+        entries, OPENNMT_TF_ROWS, "OpenNMT-tf's TensorFlow", "3.10 or 3.11",
+        lambda: peer.ensure_environment(os.path.expanduser(FLAGS.peer_venv_dir),
+                                        FLAGS.peer_python), "peer_dir")
+    if not venv_python:
+        return
+    setup.update(peer.prepare_decoding(
+        venv_python, os.path.abspath(FLAGS.peer_dir), setup["pieces"],
         os.path.join(FLAGS.work_dir, "peer"), sources, sources[:FLAGS.latency_sentences],
         FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size, FLAGS.peer_length_bucket_width,
-        FLAGS.peer_checkpoint)
-    setup.update(venv_python=venv_python, pieces=pieces,
-                 versions=peer.installed_versions(venv_python))
+        FLAGS.peer_checkpoint))
+    setup.update(venv_python=venv_python, versions=peer.installed_versions(venv_python))
+    setup["ctranslate2_pythons"]["peer"] = venv_python
     print(f"the peer's checkpoint: {setup['checkpoint']}", flush=True)
-    setup.update(prepare_ctranslate2(entries, venv_python, setup, drop))
-    return setup
-
-
-def prepare_ctranslate2(entries: dict, venv_python: str, setup: dict, drop) -> dict:
-    """CTranslate2's runtimes and converted models for its contestants in `entries`: the
-    peer's checkpoint converted once into W/ctranslate2 (float32, by the peer's CTranslate2),
-    and CTranslate2 4.x's environment (created on first use). A contestant whose runtime or
-    model is missing is dropped with the reason."""
-    names = [name for name in CTRANSLATE2 if name in entries]
-    if not names:
-        return {}
-    result = {"ctranslate2_pythons": {"peer": venv_python}, "ctranslate2_models": {},
-              "ctranslate2_versions": {}}
-    if any(CTRANSLATE2[name].runtime == "4.x" for name in names):
-        try:
-            python = ctranslate2_runtime.ensure_environment(FLAGS.ctranslate2_venv_dir,
-                                                            FLAGS.peer_python)
-            result["ctranslate2_pythons"]["4.x"] = python
-        except SystemExit as exit_:
-            if exit_.code != peer.NO_PYTHON_EXIT_STATUS:
-                raise
-            drop("no Python 3.10 or 3.11 for CTranslate2 4.x's environment (see above)",
-                 [name for name in names if CTRANSLATE2[name].runtime == "4.x"])
-        except peer.PeerError as error:
-            drop(f"CTranslate2 4.x's environment: {error}",
-                 [name for name in names if CTRANSLATE2[name].runtime == "4.x"])
-    if any(CTRANSLATE2[name].model == "opennmt_tf" for name in names):
+    converted = running(entries, [name for name in OPENNMT_TF_ROWS if name in CTRANSLATE2])
+    if converted:
         model_dir = os.path.join(FLAGS.work_dir, "ctranslate2")
         try:
-            result["convert_seconds"] = peer.convert_to_ctranslate2(venv_python, setup,
-                                                                    model_dir)
-            result["ctranslate2_models"]["opennmt_tf"] = model_dir
+            setup["convert_seconds"] = peer.convert_to_ctranslate2(venv_python, setup,
+                                                                   model_dir)
+            setup["ctranslate2_models"]["opennmt_tf"] = model_dir
         except peer.PeerError as error:
-            drop(f"the conversion failed: {error}",
-                 [name for name in names if CTRANSLATE2[name].model == "opennmt_tf"])
-    for runtime, python in result["ctranslate2_pythons"].items():
-        result["ctranslate2_versions"][runtime] = ctranslate2_runtime.installed_version(python)
-    return result
+            drop(entries, converted, f"the conversion failed: {error}")
+
+
+def eole_model(eole_dir: str) -> str:
+    """--eole_model, else what eole's run.py --decode translates (peers/eole/decode.py's
+    `decoding_model`)."""
+    if FLAGS.eole_model:
+        return FLAGS.eole_model
+    model_dir = os.path.join(eole_dir, "model")
+    saved = eole_peer.checkpoints(model_dir)
+    if not saved:
+        raise ValueError(f"--eole_dir={eole_dir}: no checkpoint in {model_dir} (train the eole "
+                         f"peer there first: its run.py --work_dir={eole_dir})")
+    return eole_decode.decoding_model(model_dir, saved)
+
+
+def prepare_eole(entries: dict, sources: list, setup: dict):
+    """eole's environment, its decode.yaml and source tokens (W/eole) and its CTranslate2
+    model, into setup["eole"]. Leaves its contestants out (with the reason) where they cannot
+    run."""
+    python = environment_python(
+        entries, EOLE_ROWS, "eole's environment", "3.11",
+        lambda: eole_peer.ensure_environment(os.path.expanduser(FLAGS.eole_venv_dir),
+                                             FLAGS.eole_python), "eole_dir")
+    if not python:
+        return
+    eole_dir, out_dir = os.path.abspath(FLAGS.eole_dir), os.path.join(FLAGS.work_dir, "eole")
+    os.makedirs(out_dir, exist_ok=True)
+    eole = {"python": python, "model": eole_model(eole_dir),
+            "versions": eole_peer.installed_versions(python),
+            "source": os.path.join(out_dir, "source.tokens"),
+            "latency_source": os.path.join(out_dir, "latency.tokens"),
+            "config": os.path.join(out_dir, "decode.yaml"),
+            "max_decoding_length": eole_peer.max_decoding_length()}
+    vocabularies = [os.path.join(out_dir, "eole_vocab.txt"),
+                    os.path.join(eole_dir, "data", "eole_vocab.txt")]  # ours, the model's
+    eole_peer.write_vocabulary(setup["pieces"], vocabularies[0])
+    if not os.path.exists(vocabularies[1]) or not filecmp.cmp(*vocabularies, shallow=False):
+        raise ValueError(f"--eole_dir={eole_dir}: {vocabularies[1]} is missing or not the "
+                         f"vocabulary of this data dir's SentencePiece model")
+    eole_peer.write_sources(eole["source"], sources, setup["pieces"])
+    eole_peer.write_sources(eole["latency_source"], sources[:FLAGS.latency_sentences],
+                            setup["pieces"])
+    config = eole_peer.predict_config(eole["model"], eole["source"],
+                                      os.path.join(out_dir, "predictions.tokens"),
+                                      FLAGS.beam_size, "wu", FLAGS.alpha,
+                                      eole["max_decoding_length"])
+    config["batch_size"] = FLAGS.batch_size  # run.py decodes with t2t_lite's default, 32
+    eole_peer.write_yaml(eole["config"], config)
+    eole["settings"] = {key: config[key] for key in (
+        "beam_size", "length_penalty", "alpha", "batch_type", "batch_size", "max_length",
+        "max_length_ratio")}
+    setup["eole"] = eole
+    print(f"eole's model: {eole['model']}", flush=True)
+
+    converted = running(entries, [name for name in EOLE_ROWS if name in CTRANSLATE2])
+    if not converted:
+        return
+    if FLAGS.eole_ctranslate2_dir:
+        model_dir = os.path.abspath(FLAGS.eole_ctranslate2_dir)
+        if not os.path.exists(os.path.join(model_dir, "model.bin")):
+            return drop(entries, converted, f"no model.bin in --eole_ctranslate2_dir={model_dir}")
+        eole["ctranslate2"] = {"ctranslate2_dir": model_dir, "converted_here": False}
+    else:
+        model_dir = os.path.join(FLAGS.work_dir, "eole_ctranslate2")
+        try:
+            eole["ctranslate2"] = {**eole_peer.convert_to_ctranslate2(
+                python, eole["model"], model_dir, eole["versions"]["ctranslate2"]),
+                "converted_here": True}
+        except peer.PeerError as error:
+            return drop(entries, converted, f"the conversion failed: {error}")
+    setup["ctranslate2_models"]["eole"] = model_dir
+
+
+def prepare_ctranslate2(entries: dict, setup: dict):
+    """CTranslate2 4.x's environment (created on first use) for its contestants still in the
+    race (the peer's runtime is its environment, prepare_peer), and each runtime's version."""
+    python = environment_python(
+        entries, [name for name in CTRANSLATE2 if CTRANSLATE2[name].runtime == "4.x"],
+        "CTranslate2 4.x's environment", "3.10 or 3.11",
+        lambda: ctranslate2_runtime.ensure_environment(FLAGS.ctranslate2_venv_dir,
+                                                       FLAGS.peer_python))
+    if python:
+        setup["ctranslate2_pythons"]["4.x"] = python
+    setup["ctranslate2_versions"] = {
+        runtime: ctranslate2_runtime.installed_version(python)
+        for runtime, python in setup["ctranslate2_pythons"].items()}
 
 
 def child_environment(name: str) -> dict:
     """t2t_lite's contestants run with t2t_lite's kernels (this process's environment);
     onmt-main infer with TF_ENABLE_ONEDNN_OPTS from --peer_onednn, whatever the caller's
-    shell has; CTranslate2's (no TensorFlow) with CT2_VERBOSE=1, which logs the CPU, the
-    instruction set and the matrix product backends it chose when it loads a model
-    (ctranslate2_runtime.logged_cpu)."""
+    shell has (eole predict too, whose PyTorch reads no such variable); CTranslate2's (no
+    TensorFlow) with CT2_VERBOSE=1, which logs the CPU, the instruction set and the matrix
+    product backends it chose when it loads a model (ctranslate2_runtime.logged_cpu)."""
     if name in OURS:
         return dict(os.environ)
     changes = {ONEDNN: PEER_ONEDNN[FLAGS.peer_onednn]}
@@ -735,8 +857,14 @@ def contestant_command(name: str, setup: dict, output: str) -> list:
         return peer.infer_command(setup["venv_python"], setup, output,
                                   FLAGS.intra_op_parallelism_threads,
                                   FLAGS.inter_op_parallelism_threads)
+    if name == "eole_predict":
+        eole = setup["eole"]
+        return eole_decode.command(eole["python"], eole["config"], output,
+                                   eole["latency_source"], FLAGS.intra_op_parallelism_threads,
+                                   FLAGS.inter_op_parallelism_threads)
     contestant = CTRANSLATE2[name]
-    return peer.ctranslate2_command(setup["ctranslate2_pythons"][contestant.runtime], setup,
+    inputs = setup["eole"] if contestant.model == "eole" else setup  # tokens, length limit
+    return peer.ctranslate2_command(setup["ctranslate2_pythons"][contestant.runtime], inputs,
                                     setup["ctranslate2_models"][contestant.model], output,
                                     FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size,
                                     FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches,
@@ -747,8 +875,11 @@ def score_round(name: str, result: dict, output: str, setup: dict, encoders: dic
                 references: list) -> dict:
     """The round's rates, output length and BLEU from its translations (target tokens: the
     SentencePiece pieces of each translation + end of sentence, the same count for all)."""
-    lines = decoder.read_sentences(output)
-    if name in PEERS:
+    if name in EOLE_ROWS:  # as eole's run.py detokenizes its output
+        lines = eole_peer.output_hypotheses(output, setup["pieces"])
+    else:
+        lines = decoder.read_sentences(output)
+    if name in OPENNMT_TF_ROWS:
         lines = [setup["pieces"].decode(line) for line in lines]
     if len(lines) != len(references):
         raise RuntimeError(f"{CONTESTANTS[name]} wrote {len(lines)} lines to {output}, not "
@@ -849,7 +980,7 @@ def summarize(entry: dict):
                    passes_differ=max(r.get("passes_differ", 0) for r in ran),
                    onednn=sorted({r["onednn"] for r in ran if "onednn" in r}))
     for key in ("versions", "compute_type", "effective_compute_type", "ctranslate2_cpu",
-                "tf_threads"):
+                "tf_threads", "torch_threads"):
         if key in ran[-1]:
             summary[key] = ran[-1][key]
     return summary
@@ -912,7 +1043,8 @@ def print_compare_tables(result: dict):
           f"{threads['parallel_batches']} at once; threads intra/inter {threads['intra_op']}/"
           f"{threads['inter_op']} (0: TensorFlow's choice; onmt-main infer: the flags' "
           f"{FLAGS.intra_op_parallelism_threads}/{FLAGS.inter_op_parallelism_threads}, one batch "
-          f"at a time; CTranslate2 intra/inter_threads {threads['ctranslate2'][0]}/"
+          f"at a time; eole predict: PyTorch's pools the same, 0 its choice; CTranslate2 "
+          f"intra/inter_threads {threads['ctranslate2'][0]}/"
           f"{threads['ctranslate2'][1]}); {FLAGS.rounds} "
           f"rounds in turn, each contestant-round in its own process; {m['cpu']}, {m['cores']} "
           f"cores")
@@ -939,6 +1071,8 @@ def print_compare_tables(result: dict):
                 **{f"ctranslate2 ({runtime})": version for runtime, version
                    in result.get("ctranslate2_versions", {}).items()}}
     versions.pop("ctranslate2", None)  # the peer's: "ctranslate2 (peer)"
+    versions.update({name: version for name, version in result.get("eole_versions", {}).items()
+                     if name in ("eole", "torch")})
     print(f"medians over rounds (min-max of sentences/s); sent/s: the second of two passes over "
           f"the sentences in the same process; e2e: from the process's start to the first "
           f"pass's last translation written (imports, loading, tracing or compiling included), "
@@ -972,7 +1106,8 @@ def print_compare_tables(result: dict):
                   f"{fmt(r['end_to_end_median'], '.2f'):>6}  "
                   + " ".join(fmt(value, ".2f") for value in r["per_round"]))
         print("median, min, max: of the ratios within each round; tok/s, e2e: the median ratios "
-              "of target tokens/s and of end-to-end sentences/s; no target against int8")
+              "of target tokens/s and of end-to-end sentences/s; no target against int8 nor "
+              "against eole's rows")
     for target in result["memory_targets"]:
         print(f"peak memory: {target['contestant']} {target['peak_rss_mb']:.0f} MB, onmt-main "
               f"infer {target['onmt_infer_peak_rss_mb']:.0f} MB (target: at most OpenNMT-tf's): "
@@ -999,7 +1134,12 @@ def run_compare(problem):
                                                                name)
     if setup["export_seconds"]:  # one job file for every export
         setup["saved_model_job"] = write_saved_model_job(sources, encoders)
-    setup.update(prepare_peer(entries, problem, sources))
+    setup.update(pieces=peer.PieceTokens(encoders["inputs"]), ctranslate2_pythons={},
+                 ctranslate2_models={})
+    prepare_peer(entries, sources, setup)
+    prepare_eole(entries, sources, setup)
+    prepare_ctranslate2(entries, setup)
+    eole = setup.get("eole", {})
 
     host = reporting.machine()
     result = {"problem": PROBLEM, "sentences": len(sources), "beam_size": FLAGS.beam_size,
@@ -1030,6 +1170,13 @@ def run_compare(problem):
                   "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
                   "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads,
                   "length_bucket_width": setup.get("length_bucket_width")},
+              "eole_model": eole.get("model"),
+              "eole_versions": eole.get("versions", {}),
+              "eole_predict_settings": {
+                  **eole.get("settings", {}),
+                  "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
+                  "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads},
+              "eole_ctranslate2": eole.get("ctranslate2"),
               "export_seconds": setup["export_seconds"],
               "convert_seconds": setup.get("convert_seconds")}
     result["order"] = run_rounds(entries, setup, encoders, references)
@@ -1057,7 +1204,8 @@ def main(unused_argv):
         try:
             return run_compare(problem)
         except peer.PeerError as error:
-            raise ValueError(f"the OpenNMT-tf peer (--peer_dir={FLAGS.peer_dir}): {error}")
+            raise ValueError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir="
+                             f"{FLAGS.eole_dir}): {error}")
     run_modes(problem)
 
 

@@ -17,7 +17,8 @@ at most its own (`check_version` in src/models/model.cc), and both versions writ
 in an environment with TensorFlow 2.13 and OpenNMT-tf 2.32 installed with --no-deps beside it)
 writes the same 95 variables byte for byte, plus one flag that 3.24 does not write and 4.x reads
 as false when absent (encoder/multi_query_attention). The eole peer's CTranslate2 model (its
-run.py --ctranslate2_dir) would be served by this same environment (not tried yet).
+run.py --ctranslate2_dir, converted by 4.8.5's own eole converter) is served by this same
+environment (decode_speed.py's eole rows).
 
 Compute types on a CPU (CTranslate2's `resolve_compute_type`): "int8" on a float32 model
 resolves to int8_float32 (int8 weights and int8 matrix products, the other layers in float32),
