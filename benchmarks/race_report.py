@@ -16,14 +16,12 @@ NAMES = {"t2t_lite": "t2t_lite", "opennmt_tf": "OpenNMT-tf", "eole": "eole"}
 
 
 def chosen_runs(record: dict) -> dict:
-    """{toolkit: run entry} of each toolkit's chosen schedule (or its only one)."""
-    runs = {}
-    for key, entry in record["runs"].items():
-        toolkit = entry["toolkit"]
-        choice = record.get("choices", {}).get(toolkit, {}).get("chosen")
-        if choice is None or key == f"{toolkit}/{choice}":
-            runs.setdefault(toolkit, entry)
-    return runs
+    """{run key: run entry} of each toolkit's chosen schedule, or of all its schedules while it
+    has not chosen yet."""
+    choices = record.get("choices", {})
+    return {key: entry for key, entry in record["runs"].items()
+            if entry["toolkit"] not in choices
+            or key == f"{entry['toolkit']}/{choices[entry['toolkit']]['chosen']}"}
 
 
 def points(entry: dict) -> list:
@@ -58,10 +56,12 @@ def race_table(record: dict, updates_per_minute: dict) -> str:
     header = (f"{'toolkit':<12}{'schedule':>14}" + "".join(f"{'@' + str(m):>8}"
                                                            for m in milestones)
               + f"{'test':>8}{'upd/min':>9}{'minutes':>9}")
-    lines = [f"dev BLEU at equal updates; test: test_2016_flickr at {milestones[-1]} updates, "
+    lines = [f"dev BLEU at equal updates (each toolkit's chosen schedule, or every schedule "
+             f"until it has chosen); test: test_2016_flickr at {milestones[-1]} updates, "
              f"last {record['average_last']} checkpoints averaged, beam 4, alpha 0.6",
              header, "-" * len(header)]
-    for toolkit, entry in chosen_runs(record).items():
+    for entry in chosen_runs(record).values():
+        toolkit = entry["toolkit"]
         cells = "".join(f"{entry['milestones'][str(m)]['dev_bleu']:>8.2f}"
                         if str(m) in entry["milestones"] else f"{'-':>8}" for m in milestones)
         last = entry["milestones"].get(str(milestones[-1]), {})
@@ -83,7 +83,8 @@ def draw(record: dict, updates_per_minute: dict, path: str):
 
     panels = 2 if updates_per_minute else 1
     figure, axes = pyplot.subplots(1, panels, figsize=(6 * panels, 4.2), dpi=110, squeeze=False)
-    for toolkit, entry in chosen_runs(record).items():
+    for entry in chosen_runs(record).values():
+        toolkit = entry["toolkit"]
         steps, bleu = zip(*points(entry)) if entry["milestones"] else ((), ())
         label = f"{NAMES[toolkit]} (w{entry['warmup']}, peak {entry['peak']:g})"
         axes[0][0].plot(steps, bleu, marker="o", label=label)
@@ -100,7 +101,7 @@ def draw(record: dict, updates_per_minute: dict, path: str):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.suptitle(f"{record['hparams_set']} on Multi30k de-en, each toolkit at its chosen "
-                    "schedule", fontsize=10)
+                    "schedule (at each of its schedules until it has chosen)", fontsize=10)
     figure.tight_layout()
     figure.savefig(path + ".tmp", format="png")
     pyplot.close(figure)

@@ -115,3 +115,17 @@ def test_report_tables_show_the_sweep_the_chosen_runs_and_minutes(monkeypatch, t
     assert (tmp_path / "race.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="unknown toolkit 'marian'"):
         race_report.parse_rates("marian=3")
+
+
+def test_until_a_toolkit_has_chosen_every_schedule_of_it_is_shown():
+    record = {"runs": {}, "milestones": [250, 500], "choose_at": 500, "dev_sentences": 100,
+              "average_last": 3, "hparams_set": "transformer_small"}
+    for warmup, peak in ((400, 2e-3), (400, 1e-3)):
+        race.run_entry(record, "eole", warmup, peak)["milestones"]["250"] = {"dev_bleu": 1.0}
+    rows = [line for line in race_report.race_table(record, {}).splitlines()
+            if line.startswith("eole")]
+    assert len(rows) == 2
+    record["choices"] = {"eole": {"chosen": "w400_p0.001", "seconds": 0.0}}
+    rows = [line for line in race_report.race_table(record, {}).splitlines()
+            if line.startswith("eole")]
+    assert len(rows) == 1 and "p0.001" in rows[0]
