@@ -132,19 +132,19 @@ import time
 SAVED_MODEL_CLIENT = "saved_model_client"  # the first argument of the SavedModel's rounds
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB: VmHWM in /proc/self/status, the high-water
-    mark of its own address space. Not getrusage's ru_maxrss: Linux carries that over an exec
-    from the process that started this one, so a child of a 700 MB Python would report at
-    least 700 MB (ru_maxrss is the fallback where /proc is missing)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _peer_decode_module():
+    """peers/opennmt_tf/decode.py (standard library only at import), whose peak_rss_mb every
+    contestant's process uses, this script's own children included."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "opennmt_tf",
+                        "decode.py")
+    spec = importlib.util.spec_from_file_location("opennmt_tf_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+peak_rss_mb = _peer_decode_module().peak_rss_mb
 
 
 def cpu_seconds() -> float:
