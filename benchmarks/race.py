@@ -42,6 +42,7 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 import learning_curves  # noqa: E402  (benchmarks/, beside this script)
 import race_report  # noqa: E402
 import reporting  # noqa: E402
+from peers import peer_environment  # noqa: E402  (benchmarks/peers/peer_environment.py)
 
 from absl import logging  # noqa: E402
 
@@ -51,7 +52,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TMP_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
 PROBLEM = "translate_multi30k_deen"
 HPARAMS_SET = "transformer_small"
-PEER_UNAVAILABLE = 3  # a peer's run.py exit status when its Python cannot be had here
+# a peer's run.py exit status when it cannot run here (no Python for it)
+PEER_UNAVAILABLE = peer_environment.NO_PYTHON_EXIT_STATUS
 TOOLKITS = {
     "t2t_lite": {"name": "t2t_lite"},
     "opennmt_tf": {"name": "OpenNMT-tf", "run": os.path.join(REPO, "benchmarks", "peers",

@@ -70,13 +70,15 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 
 import reporting  # noqa: E402  (benchmarks/reporting.py, beside this script)
 import training_run  # noqa: E402  (benchmarks/training_run.py)
+from peers import peer_environment  # noqa: E402  (benchmarks/peers/peer_environment.py)
 from reporting import ONEDNN  # noqa: E402
 import t2t_lite  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEER_UNAVAILABLE = 3  # a peer's run.py exit status when it cannot run here (no Python for it)
+# a peer's run.py exit status when it cannot run here (no Python for it)
+PEER_UNAVAILABLE = peer_environment.NO_PYTHON_EXIT_STATUS
 ONEDNN_ON_LINE = "oneDNN custom operations are on"  # TensorFlow's log line when it loads oneDNN
 COUNT_TOLERANCE = 0.02  # the trainer's target tokens/s against the count of the same window
 OWN_THREADS = [0, 0]  # a toolkit's own choice of threads: TensorFlow's, or torch's defaults
