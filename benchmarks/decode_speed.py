@@ -629,7 +629,7 @@ def t2t_lite_checkpoint() -> str:
     if FLAGS.t2t_lite_checkpoint:
         return FLAGS.t2t_lite_checkpoint
     averaged = os.path.join(FLAGS.t2t_lite_dir, "averaged", "model.ckpt")
-    if os.path.exists(averaged + ".index"):  # t2t_lite-avg-checkpoints writes no state file
+    if os.path.isdir(averaged) or os.path.exists(averaged + ".index"):  # new or old layout
         return averaged
     latest = tf.train.latest_checkpoint(FLAGS.t2t_lite_dir)
     if not latest:

@@ -122,7 +122,7 @@ def checkpoint_path() -> str:
     if FLAGS.checkpoint:
         return FLAGS.checkpoint
     averaged = os.path.join(FLAGS.output_dir, "averaged", "model.ckpt")
-    return averaged if os.path.exists(averaged + ".index") else None
+    return averaged if os.path.isdir(averaged) or os.path.exists(averaged + ".index") else None
 
 
 def translator_hparams():

@@ -10,26 +10,31 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 from t2t_lite import output_paths
 from t2t_lite.output_lock import OutputLock
+from t2t_lite.storage_errors import reported_full_storage
 from t2t_lite.training import averaging
 
 flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
 flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.",
                      lower_bound=1)
-flags.DEFINE_string("out", None, "Path prefix of the averaged checkpoint.")
+flags.DEFINE_string("out", None, "Where to keep the average, e.g. O/averaged/model.ckpt: a "
+                    "folder that holds it and a `checkpoint` file naming it (a new average "
+                    "replaces the old one as a unit); --checkpoint_path takes this path.")
 flags.mark_flags_as_required(["output_dir", "out"])
 
 
 def main(argv):
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
-    output_paths.prepare_output_file(FLAGS.out, "out")
-    with OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}"):
-        out_path = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
+    output_paths.prepare_output_folder(FLAGS.out, "out")
+    averaging.check_out(FLAGS.out)
+    lock = OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}")
+    with reported_full_storage(FLAGS.out, "out"), lock:
+        prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")
-    print(f"into {out_path}")
+    print(f"into {FLAGS.out} ({prefix})")
     print(f"decode with: t2t_lite-decoder --output_dir={FLAGS.output_dir} "
-          f"--checkpoint_path={out_path} ...")
+          f"--checkpoint_path={FLAGS.out} ...")
 
 
 def run():

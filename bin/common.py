@@ -108,15 +108,35 @@ def decode_hparams_from_flags():
     return parse_decode_hparams(FLAGS.decode_hparams)
 
 
+def exit_with_error(message: str):
+    """Ends the program as every mistake a user can fix does: one `error:` line, status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_flags(argv):
+    """absl's flag parsing for app.run, with its mistakes (a value out of bounds, an unknown
+    flag, a bad number, a missing required flag) ending the program as a UserError does,
+    instead of absl's "FATAL Flags parsing error" and status 1. --help, --helpfull and
+    --helpxml print and exit; absl's status 1 for them becomes 0."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        lines = [line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()]
+        exit_with_error("; ".join(lines) + " (--helpshort lists the flags)")
+    except SystemExit:  # raised by absl's help flags only, once the help is printed
+        sys.exit(0)
+
+
 def run_main(main):
-    """absl's app.run, with errors the user can fix (t2t_lite.errors.UserError) reported as one
-    `error: ...` line and exit status 2; any other exception is a bug and keeps its traceback."""
+    """absl's app.run, with errors the user can fix (t2t_lite.errors.UserError, and flag
+    errors: parse_flags) reported as one `error: ...` line and exit status 2; any other
+    exception is a bug and keeps its traceback."""
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()
         try:
             return main(argv)
         except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(2)
-    app.run(guarded)
+            exit_with_error(str(error))
+    app.run(guarded, flags_parser=parse_flags)

@@ -37,6 +37,9 @@ flags.DEFINE_list("devices", list(_DEFAULTS.devices),
 flags.DEFINE_integer("eval_bleu_sentences", 100,
                      "Dev sentences decoded for sacreBLEU at each evaluation (0: none).",
                      lower_bound=0)
+flags.DEFINE_boolean("allow_unverified_data", _DEFAULTS.allow_unverified_data,
+                     "Train on shards that have no datagen manifest, e.g. data written by "
+                     "other tools.")
 flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
@@ -48,7 +51,8 @@ def main(argv):
         train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
-        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices))
+        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices),
+        allow_unverified_data=FLAGS.allow_unverified_data)
     callbacks = []
     if FLAGS.eval_bleu_sentences and distribution.is_chief(strategy):
         callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,

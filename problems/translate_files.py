@@ -92,13 +92,15 @@ class TranslateTextFiles(Text2TextProblem):
             splits = [split for split in splits if split.name != TEST]
         return splits
 
-    def generate_data(self, data_dir: str, tmp_dir: str) -> dict:
-        """Checks the files and that data_dir holds nothing generated from other files, then
-        generates as every problem does."""
-        config = self._configured()
-        self.check_files(config)
-        self._record_config(data_dir, config)
-        return super().generate_data(data_dir, tmp_dir)
+    def check_raw_data(self, tmp_dir: str):
+        """The files are read once before datagen writes anything (`check_files`)."""
+        self.check_files(self._configured())
+
+    def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
+        """A vocabulary in data_dir is kept only if it was trained on the same files: the
+        settings are checked against (or written to) the record first (`_record_config`)."""
+        self._record_config(data_dir, self._configured())
+        super().prepare_vocabulary(data_dir, tmp_dir)
 
     def check_files(self, config: FilesConfig):
         """Reads every pair once before any work, so that a missing file, different line counts

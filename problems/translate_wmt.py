@@ -10,6 +10,7 @@ import os
 from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
 from t2t_lite.data.text_problem import Text2TextProblem
 from t2t_lite.registry import register_problem
+from t2t_lite.storage_errors import reported_full_storage
 
 TFDS_SPLITS = {TRAIN: "train", DEV: "validation", TEST: "test"}
 
@@ -38,8 +39,9 @@ class TranslateEndeWmt14(Text2TextProblem):
         into tmp_dir/tfds on first use."""
         import tensorflow_datasets as tfds  # imported here: slow, and only datagen needs it
         try:
-            return tfds.load(self.tfds_name, split=TFDS_SPLITS[split],
-                             data_dir=self.tfds_dir(tmp_dir), shuffle_files=False)
+            with reported_full_storage(tmp_dir, "tmp_dir"):
+                return tfds.load(self.tfds_name, split=TFDS_SPLITS[split],
+                                 data_dir=self.tfds_dir(tmp_dir), shuffle_files=False)
         except ModuleNotFoundError as error:  # tfds 4.9.10 imports importlib_resources undeclared
             raise DataError(f"tensorflow-datasets needs the package {error.name} to prepare "
                             f"{self.tfds_name}: pip install {error.name}") from None

@@ -8,6 +8,11 @@ with `atomic_folder`. All access goes through `tf.io.gfile`.
 The temporary name is hidden and does not start with the final name: `folder/.name.incomplete`.
 TensorFlow's ram:// file system reports `exists(p)` as True as soon as another file's path
 starts with `p`, so `name.incomplete` would make `name` look written.
+
+A write that fails, in the block or in the final rename, removes the temporary: a full disk
+fails a `tf.io.gfile.GFile` at `write` when the data exceeds its buffer and else at `close`
+(ResourceExhaustedError "No space left on device"), and on gs:// a rename is a copy, which
+can fail too.
 """
 import contextlib
 import os
@@ -32,24 +37,26 @@ def temporary_path(path: str, owner: str = None) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str, owner: str = None):
+def atomic_path(path: str, owner: str = None, overwrite: bool = True):
     """Yields the temporary path to write `path` under (`temporary_path(path, owner)`); renames
-    it to `path` when the block ends without error, and removes it when the block raises."""
+    it to `path` when the block ends without error, and removes it when the block or the
+    rename raises. Without `overwrite`, an existing `path` is kept and the rename raises
+    AlreadyExistsError (how OutputLock creates its lock)."""
     temporary = temporary_path(path, owner)
     try:
         yield temporary
+        tf.io.gfile.rename(temporary, path, overwrite=overwrite)
     except BaseException:  # KeyboardInterrupt too: no leftover when Python can clean up
         remove_if_exists(temporary)
         raise
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w", owner: str = None):
+def atomic_write(path: str, mode: str = "w", owner: str = None, overwrite: bool = True):
     """Yields a `tf.io.gfile.GFile` handle ("w": text, "wb": bytes) whose content becomes
-    `path` when the block ends without error, and nothing when it raises; written under
-    `temporary_path(path, owner)`."""
-    with atomic_path(path, owner) as temporary:
+    `path` when the block ends without error, and nothing when it raises (also when the
+    handle's close does, as on a full disk); written under `temporary_path(path, owner)`."""
+    with atomic_path(path, owner, overwrite) as temporary:
         with tf.io.gfile.GFile(temporary, mode) as handle:
             yield handle
 
@@ -58,7 +65,9 @@ def atomic_write(path: str, mode: str = "w", owner: str = None):
 def atomic_folder(path: str):
     """Yields the temporary folder to write the folder `path` in (a leftover of an interrupted
     write removed first); when the block ends without error, replaces `path` by it, and when
-    the block raises, removes it."""
+    the block raises, removes it. When the replacement raises, both go: the old folder is
+    already removed then, and gs:// and ram:// move a folder file by file, so what is under
+    `path` may be part of the new one."""
     temporary = temporary_path(path)
     remove_tree_if_exists(temporary)
     try:
@@ -66,8 +75,13 @@ def atomic_folder(path: str):
     except BaseException:
         remove_tree_if_exists(temporary)
         raise
-    remove_tree_if_exists(path)
-    _rename_folder(temporary, path.rstrip("/"))
+    try:
+        remove_tree_if_exists(path)
+        _rename_folder(temporary, path.rstrip("/"))
+    except BaseException:
+        remove_tree_if_exists(path)
+        remove_tree_if_exists(temporary)
+        raise
 
 
 def _rename_folder(source: str, target: str):
@@ -95,6 +109,17 @@ def remove_tree_if_exists(path: str):
 def remove_if_exists(path: str):
     if tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
+
+
+def remove_matching(*patterns: str):
+    """Deletes every file and folder matching a `tf.io.gfile.glob` pattern (what a failed
+    checkpoint write leaves: `PREFIX.*` and TensorFlow's `PREFIX_temp/`)."""
+    for pattern in patterns:
+        for path in tf.io.gfile.glob(pattern):
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
 
 
 def remove_incomplete(folder: str, prefix: str = ""):

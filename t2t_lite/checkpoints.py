@@ -10,7 +10,7 @@ The trainer writes and resumes them; the decoder, the exporter and the averager 
 """
 import tensorflow as tf
 
-from t2t_lite import output_paths
+from t2t_lite import atomic_files, output_paths
 from t2t_lite.errors import UserError
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -50,6 +50,22 @@ def make_checkpoint(model, optimizer=None) -> tf.train.Checkpoint:
 def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
     return tf.train.CheckpointManager(make_checkpoint(model, optimizer), output_dir,
                                       max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME)
+
+
+def save(manager, step: int) -> str:
+    """manager.save(checkpoint_number=step), leaving nothing behind when it fails (a full disk,
+    an interrupt): TensorFlow writes the shards into `model.ckpt-STEP_temp/`, merges them into
+    `model.ckpt-STEP.index` and `.data-*`, and updates the `checkpoint` file last (through a
+    temporary `checkpoint.tmp...`); the failed step's files are removed, so that the latest
+    checkpoint stays the last complete one and a rerun finds no leftovers."""
+    prefix = tf.io.gfile.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")
+    try:
+        return manager.save(checkpoint_number=step)
+    except BaseException:
+        if tf.train.latest_checkpoint(manager.directory) != prefix:
+            atomic_files.remove_matching(prefix + "_temp*", prefix + ".*",
+                             tf.io.gfile.join(manager.directory, "checkpoint.tmp*"))
+        raise
 
 
 def reader(checkpoint_path: str):

@@ -13,6 +13,14 @@ without overwriting, read it back": rename refuses an existing lock, and the rea
 the rare race of two renames at once. A lock whose holder is gone (its process no longer runs on
 this host) is taken over with a warning; a lock held from another host cannot be checked from
 here, so the error says which file to delete once that process has ended.
+
+A lock that cannot be read is an error, never "no lock": its storage that cannot be reached
+(checked first, within output_paths.REACH_SECONDS), a read that fails, or a file that does not
+parse as a holder. The lock only ever appears whole under its name (renamed into place), so a
+lock that does not parse is not one being written this instant: it was damaged or written by
+something else, and only the user can tell whether a program still writes the folder. (Until
+now such a lock counted as free, and a gs:// folder that could not be reached passed the check
+and failed later in a traceback.)
 """
 import datetime
 import json
@@ -26,12 +34,14 @@ from absl import logging
 
 from t2t_lite import atomic_files, output_paths
 from t2t_lite.errors import UserError
+from t2t_lite.storage_errors import StorageError, reported_full_storage
 
 LOCK_NAME = "t2t_lite.lock"
 
 
 class OutputLockedError(UserError):
-    """Another running program holds the lock of the folder this one would write."""
+    """Another running program holds the lock of the folder this one would write, or its lock
+    cannot be read."""
 
 
 def _process_start_ticks(pid: int):
@@ -57,6 +67,13 @@ def _is_running(holder: dict) -> bool:
         return True
     started = holder.get("start_ticks")
     return started is None or _process_start_ticks(pid) in (None, started)
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+    except tf.errors.OpError:
+        return False
 
 
 def describe(holder: dict) -> str:
@@ -92,24 +109,44 @@ class OutputLock:
     def beside(cls, path: str, purpose: str = None) -> "OutputLock":
         return cls(atomic_files.hidden_sibling(path, ".lock"), purpose or f"write {path}")
 
+    def _check_reachable(self):
+        """StorageError now, within output_paths.REACH_SECONDS, if the lock's folder cannot be
+        reached (its first read or write could hang for minutes)."""
+        output_paths.check_reachable(output_paths.parent_folder(self.lock_path),
+                                     f"cannot {self.purpose}")
+
     def _read_holder(self):
+        """The holder the lock names, or None when there is no lock; StorageError when it
+        cannot be read, OutputLockedError when it is not a holder's record (see above)."""
         try:
             with tf.io.gfile.GFile(self.lock_path, "r") as handle:
-                return json.loads(handle.read())
+                text = handle.read()
         except tf.errors.NotFoundError:
             return None
-        except (ValueError, tf.errors.OpError):
-            return {}  # being written by another process this instant, or not ours to parse
+        except tf.errors.OpError as error:
+            if _is_file(output_paths.parent_folder(self.lock_path)):
+                return None  # none in a file ("Not a directory"): preparing the folder says so
+            raise StorageError(f"cannot {self.purpose}: cannot read its lock {self.lock_path}: "
+                               f"{output_paths.one_line(error.message)}") from None
+        try:
+            holder = json.loads(text)
+        except ValueError:
+            holder = None
+        if not isinstance(holder, dict) or not holder.get("token"):
+            raise OutputLockedError(
+                f"cannot {self.purpose}: its lock {self.lock_path} is not a lock a t2t_lite "
+                f"program wrote ({len(text)} characters that do not name a holder). If no "
+                f"program is writing there, delete the lock file")
+        return holder
 
     def _try_create(self) -> bool:
         # Named by our token: two programs starting at once never write the same file.
-        temporary = atomic_files.temporary_path(self.lock_path, owner=self.holder["token"])
-        with tf.io.gfile.GFile(temporary, "w") as handle:
-            handle.write(json.dumps(self.holder, indent=2))
         try:
-            tf.io.gfile.rename(temporary, self.lock_path, overwrite=False)
+            with reported_full_storage(output_paths.parent_folder(self.lock_path)), \
+                    atomic_files.atomic_write(self.lock_path, owner=self.holder["token"],
+                                              overwrite=False) as handle:
+                handle.write(json.dumps(self.holder, indent=2))
         except tf.errors.AlreadyExistsError:
-            tf.io.gfile.remove(temporary)
             return False
         return (self._read_holder() or {}).get("token") == self.holder["token"]
 
@@ -121,6 +158,7 @@ class OutputLock:
         """Raises OutputLockedError now if a running program holds the lock, without writing
         anything: a program calls it first, so that it is refused in seconds, before the
         checks and preparations that come before `acquire`."""
+        self._check_reachable()
         holder = self._read_holder()
         if holder and not self._is_gone(holder):
             raise OutputLockedError(self._refusal(holder))
@@ -128,6 +166,7 @@ class OutputLock:
     def acquire(self):
         """Takes the lock, taking over one whose holder is gone; raises OutputLockedError if a
         running program holds it."""
+        self._check_reachable()
         for _ in range(3):
             if self._try_create():
                 self.held = True
@@ -151,7 +190,15 @@ class OutputLock:
         return text
 
     def release(self):
-        if self.held and (self._read_holder() or {}).get("token") == self.holder["token"]:
+        """Removes the lock if it is still ours. One that cannot be read now is left, with a
+        warning: removing it could free another's lock, and raising would hide the error, if
+        any, that the program is ending with (on this host a later program takes it over)."""
+        try:
+            ours = self.held and (self._read_holder() or {}).get("token") == self.holder["token"]
+        except UserError as error:
+            logging.warning("leaving the lock %s: %s", self.lock_path, error)
+            ours = False
+        if ours:
             tf.io.gfile.remove(self.lock_path)
         self.held = False
 

@@ -5,27 +5,80 @@ in a folder that does not exist, after hours of decoding; `--output_dir` naming 
 the work. Each program therefore prepares every path it will write before it starts: missing
 parent folders are created, and a path that cannot be written is refused at once, in an error
 naming the flag. Everything goes through `tf.io.gfile`, so gs:// and ram:// paths work too.
+
+Storage that cannot be reached (gs:// without a network, a bucket one may not read) is found out
+first, in seconds: `check_reachable` asks whether the path exists, and an answer that is an
+error, or no answer within REACH_SECONDS, is one StorageError naming the path and the cause.
 """
+import threading
 import uuid
 
 import tensorflow as tf
 
 from t2t_lite.errors import FlagError
+from t2t_lite.storage_errors import StorageError, reported_full_storage
+
+# A gs:// stat answers in well under a second, the first with its token request in a few.
+REACH_SECONDS = 10
+
+
+def one_line(message: str) -> str:
+    """TensorFlow's error message on one line (a GCS error's ends in a second line, "when
+    reading metadata of PATH")."""
+    return " ".join(str(message).split())
+
+
+def check_reachable(path: str, named: str, seconds: float = REACH_SECONDS):
+    """Raises StorageError "{named}: cannot reach {path}: {cause}" when asking whether `path`
+    exists fails (NotFound is an answer: no) or gets no answer within `seconds`.
+
+    Without a network TensorFlow's GCS client fails at once (FailedPreconditionError: "Could
+    not resolve host"), but where requests go unanswered (a firewall that drops them, a proxy
+    that never replies) it waits 60 s for each and retries: still no answer after 200 s here.
+    Until now the lock check took such an error for "no lock" and the program ended later in a
+    traceback. The question is asked from a daemon thread: one that hangs is left behind and
+    does not keep the program from ending with the error. (TensorFlow's GCS_* environment
+    variables would shorten the waits too, but for every later request of the run, where the
+    retries are wanted.)"""
+    answer = {}
+
+    def ask():
+        try:
+            answer["exists"] = tf.io.gfile.exists(path)
+        except tf.errors.OpError as error:
+            answer["error"] = error
+
+    asking = threading.Thread(target=ask, name=f"reach {path}", daemon=True)
+    asking.start()
+    asking.join(seconds)
+    if asking.is_alive():
+        cause = f"no answer within {seconds:g} s"
+    elif "error" in answer:
+        cause = one_line(answer["error"].message)
+    else:
+        return
+    raise StorageError(f"{named}: cannot reach {path}: {cause}. Check the path, the network "
+                       f"and the credentials, then run the same command again")
 
 
 def _check_writable(folder: str, flag: str, path: str):
     probe = tf.io.gfile.join(folder, f".t2t_lite-write-test-{uuid.uuid4().hex}")
     try:
-        with tf.io.gfile.GFile(probe, "w") as handle:
+        with reported_full_storage(path, flag), tf.io.gfile.GFile(probe, "w") as handle:
             handle.write("")
         tf.io.gfile.remove(probe)
     except tf.errors.OpError as error:
-        raise FlagError(f"--{flag}={path}: cannot write in {folder}: {error.message}") from None
+        raise FlagError(f"--{flag}={path}: cannot write in {folder}: "
+                        f"{one_line(error.message)}") from None
 
 
-def _prepare_folder(folder: str, flag: str, path: str):
+def _prepare_folder(folder: str, flag: str, path: str, is_file: bool = False):
     """Creates `folder` (the one --flag=path names or writes in) and its parents; raises
-    FlagError naming --flag=path if it is a file or cannot be created or written."""
+    StorageError naming --flag=path if its storage cannot be reached, FlagError if it is a
+    file or cannot be created or written, or if `is_file` and `path` is a folder."""
+    check_reachable(folder, f"--{flag}={path}")
+    if is_file and tf.io.gfile.isdir(path):
+        raise FlagError(f"--{flag}={path} is a folder: give a file name")
     named = f"--{flag}={path}" + ("" if folder == path else f": {folder}")
     if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
         raise FlagError(f"{named} is a file, not a folder" +
@@ -33,13 +86,13 @@ def _prepare_folder(folder: str, flag: str, path: str):
     try:
         tf.io.gfile.makedirs(folder)
     except tf.errors.OpError as error:
-        raise FlagError(f"{named}: cannot create the folder: {error.message}") from None
+        raise FlagError(f"{named}: cannot create the folder: {one_line(error.message)}") from None
     _check_writable(folder, flag, path)
 
 
 def prepare_output_folder(folder: str, flag: str):
-    """Creates `folder` and its parents; raises FlagError naming --flag if it is a file or
-    cannot be created or written."""
+    """Creates `folder` and its parents; raises StorageError naming --flag if its storage
+    cannot be reached, FlagError if it is a file or cannot be created or written."""
     _prepare_folder(folder, flag, folder)
 
 
@@ -51,13 +104,12 @@ def parent_folder(path: str) -> str:
 
 
 def prepare_parent_folder(path: str, flag: str):
-    """Creates the folder that `path` will be written in; raises FlagError naming --flag if it
-    is a file or cannot be created or written."""
+    """Creates the folder that `path` will be written in; raises StorageError naming --flag if
+    its storage cannot be reached, FlagError if it is a file or cannot be created or
+    written."""
     _prepare_folder(parent_folder(path), flag, path)
 
 
 def prepare_output_file(path: str, flag: str):
     """prepare_parent_folder, and a FlagError if `path` is a folder."""
-    if tf.io.gfile.isdir(path):
-        raise FlagError(f"--{flag}={path} is a folder: give a file name")
-    prepare_parent_folder(path, flag)
+    _prepare_folder(parent_folder(path), flag, path, is_file=True)

@@ -5,32 +5,116 @@ checkpoint and the exporter beside the SavedModel, so that the decoder and the e
 the same model from a folder alone (t2t kept hparams.json in its output_dir for the same use):
 
     {"problem": "algorithmic_copy", "model": "transformer", "hparams": {HParams.to_dict()}}
+
+Reading it checks it whole: a file that is not JSON, lacks a key, names an hparam that does not
+exist or gives one a value of the wrong type is one RunDescriptionError naming the file and what
+is wrong (tensor2tensor, and t2t_lite before, ended in a JSONDecodeError traceback or built a
+model that did not fit the checkpoints). An hparam the file does not set takes its default: the
+records of earlier versions lack the hparams added since, whose defaults keep what those
+versions did.
 """
 import json
+import typing
 
 import tensorflow as tf
 
 from t2t_lite.atomic_files import atomic_write
-from t2t_lite.hparams_lib import HParams
+from t2t_lite.errors import UserError, unknown_name_message
+from t2t_lite.hparams_lib import HParams, HParamsError
 
 HPARAMS_FILE = "hparams.json"
+_NAMES = ("problem", "model")  # the keys besides "hparams"
+
+
+class RunDescriptionError(UserError, ValueError):
+    """An hparams.json that cannot be read as the description of a run."""
+
+
+def description_path(output_dir: str) -> str:
+    return tf.io.gfile.join(output_dir, HPARAMS_FILE)
 
 
 def save_run_description(output_dir: str, problem_name: str, model_name: str, hparams):
     """Writes output_dir/hparams.json atomically (a complete file or none), on any
     tf.io.gfile file system."""
     description = {"problem": problem_name, "model": model_name, "hparams": hparams.to_dict()}
-    with atomic_write(tf.io.gfile.join(output_dir, HPARAMS_FILE)) as handle:
+    with atomic_write(description_path(output_dir)) as handle:
         handle.write(json.dumps(description, indent=2))
 
 
 def saved_run(output_dir: str) -> dict:
     """{"problem", "model", "hparams" (HParams)} as recorded in output_dir, or {} when there is
-    no hparams.json."""
-    path = tf.io.gfile.join(output_dir, HPARAMS_FILE)
+    no hparams.json; RunDescriptionError when there is one that cannot be read."""
+    path = description_path(output_dir)
     if not tf.io.gfile.exists(path):
         return {}
-    with tf.io.gfile.GFile(path) as handle:
-        description = json.loads(handle.read())
-    description["hparams"] = HParams.from_dict(description["hparams"])
-    return description
+    try:
+        with tf.io.gfile.GFile(path) as handle:
+            return _parse_description(handle.read())
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RunDescriptionError(
+            f"{path} cannot be read: {_reason(error)}. It records the problem, model and hparams "
+            f"of the checkpoints in {output_dir}: correct it or put back a copy (for a new run, "
+            f"choose a new --output_dir)") from None
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {error.start})"
+    return str(error)
+
+
+def _parse_description(text: str) -> dict:
+    """The description in `text`, or ValueError saying what is wrong with it."""
+    description = json.loads(text)
+    if not isinstance(description, dict):
+        raise ValueError(f"it holds {type(description).__name__}, not an object with "
+                         f"\"problem\", \"model\" and \"hparams\"")
+    for key in (*_NAMES, "hparams"):
+        if key not in description:
+            raise ValueError(f"it has no {key!r}")
+    for key in _NAMES:
+        if not isinstance(description[key], str):
+            raise ValueError(f"{key!r} is {description[key]!r}: expected a name")
+    if not isinstance(description["hparams"], dict):
+        raise ValueError(f"'hparams' is {description['hparams']!r}: expected an object")
+    return {**description, "hparams": _typed_hparams(description["hparams"])}
+
+
+def _typed_hparams(values: dict) -> HParams:
+    """HParams of the JSON values, each checked against its field's type first (HParams'
+    own checks then name a value out of range)."""
+    types = typing.get_type_hints(HParams)
+    for name, value in values.items():
+        if name not in types:
+            raise ValueError(unknown_name_message("hparam", name, types, "Known hparams"))
+        expected = _json_type_error(value, types[name])
+        if expected:
+            raise ValueError(f"hparam {name} is {value!r}: expected {expected}")
+    try:
+        return HParams.from_dict(values)
+    except HParamsError as error:
+        raise ValueError(str(error)) from None
+
+
+def _json_type_error(value, field_type) -> str:
+    """None when the JSON `value` fits an HParams field of `field_type`, else what it expects
+    (JSON has no tuples: a tuple of names is a list of strings; an int is a float too)."""
+    if typing.get_origin(field_type) is tuple:
+        fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        return None if fits else "a list of names"
+    if field_type is bool or isinstance(value, bool):
+        return None if type(value) is field_type else field_type.__name__
+    accepted = (int, float) if field_type is float else field_type
+    return None if isinstance(value, accepted) else field_type.__name__
+
+
+def differing_values(recorded: dict, problem_name: str, model_name: str, hparams) -> dict:
+    """{name: (recorded value, requested value)} of the problem, the model and each hparam
+    where the `recorded` description (saved_run) and the request differ."""
+    requested = {"problem": problem_name, "model": model_name, **hparams.to_dict()}
+    before = {key: recorded[key] for key in _NAMES} | recorded["hparams"].to_dict()
+    return {name: (before[name], value) for name, value in requested.items()
+            if before[name] != value}

@@ -53,3 +53,28 @@ def copy_task_data(tmp_path_factory):
         problem.generate_data(data, data)
         return data
     return generate
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A function mounting a tmpfs of the given MiB at a new folder and returning its path (a
+    disk that fills up); unmounted after the test. Skipped where mounting is not allowed (not
+    root, or no tmpfs)."""
+    import subprocess
+    mounted = []
+
+    def mount(mib: int) -> str:
+        folder = tmp_path / f"small_{mib}mib_{len(mounted)}"
+        folder.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("a full file system needs a tmpfs mount, which needs root")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs",
+                               str(folder)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(folder)
+        return str(folder)
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -112,3 +112,50 @@ def test_an_exception_leaves_no_folder(folder):
                 handle.write("half")
             raise KeyboardInterrupt
     assert tf.io.gfile.listdir(folder) == []
+
+
+def no_space(*args, **kwargs):
+    raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+
+
+def test_a_failed_rename_leaves_no_temporary(folder, monkeypatch):
+    """On gs:// a rename is a copy, which can fail as a write does."""
+    monkeypatch.setattr(tf.io.gfile, "rename", no_space)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        with atomic_files.atomic_write(f"{folder}/vocab.model") as handle:
+            handle.write("complete")
+    assert tf.io.gfile.listdir(folder) == []
+
+
+def test_a_failed_folder_replacement_leaves_neither_folder(folder, monkeypatch):
+    """The old folder is gone by then (removed before the rename): nothing is left rather than
+    a part of the new one under its name."""
+    path = f"{folder}/export"
+    tf.io.gfile.makedirs(path)
+    monkeypatch.setattr(tf.io.gfile, "rename", no_space)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        with atomic_files.atomic_folder(path) as temporary:
+            tf.io.gfile.makedirs(temporary)
+            with tf.io.gfile.GFile(f"{temporary}/saved_model.pb", "w") as handle:
+                handle.write("whole")
+    assert tf.io.gfile.listdir(folder) == []
+
+
+def test_a_full_disk_leaves_no_temporary(small_filesystem):
+    """TensorFlow reports a full disk at `write` when the data exceeds its buffer, else at
+    `close`; either way the temporary file goes."""
+    folder = small_filesystem(1)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        with atomic_files.atomic_write(f"{folder}/big.bin", "wb") as handle:
+            handle.write(bytes(2 << 20))
+    with open(f"{folder}/filler", "wb") as handle:
+        handle.write(bytes((1 << 20) - 4096))  # one page free
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        with atomic_files.atomic_write(f"{folder}/small.txt") as handle:
+            handle.write("x" * 10_000)  # buffered: the error comes at close
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        with atomic_files.atomic_folder(f"{folder}/export") as temporary:
+            tf.io.gfile.makedirs(temporary)
+            with tf.io.gfile.GFile(f"{temporary}/saved_model.pb", "wb") as handle:
+                handle.write(bytes(10_000))
+    assert sorted(tf.io.gfile.listdir(folder)) == ["filler"]

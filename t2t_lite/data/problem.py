@@ -6,6 +6,10 @@ EOS, write sharded TFRecords atomically with a manifest per split (`generate_dat
 against it (`check_data`), and read them back as length-bucketed token batches (`dataset`).
 Splits that are decoded and scored rather than trained on (the test split) are also written as
 plain text, one sentence a line, for the decoder.
+
+Datagen holds a lock in data_dir while it writes (`datagen_lock`), which t2t did not: two
+datagens on one folder removed and renamed each other's files and ended in NotFoundError or
+DataLossError tracebacks, or left final-named shards without a manifest.
 """
 import contextlib
 import dataclasses
@@ -21,8 +25,13 @@ from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_lib import HParams
+from t2t_lite.output_lock import OutputLock
+from t2t_lite.storage_errors import reported_full_storage
 
 TRAIN, DEV, TEST = "train", "dev", "test"
+# Not the trainer's t2t_lite.lock: with --output_dir and --data_dir the same folder, a trainer and
+# a datagen would each take the other's lock for their own. Outside every shard's pattern.
+DATAGEN_LOCK_NAME = "t2t_lite-datagen.lock"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +43,14 @@ class Split:
 
 class DataError(UserError, ValueError):
     """Data files that are missing, mismatched or malformed; the message names them."""
+
+
+def datagen_lock(data_dir: str, purpose: str = None) -> OutputLock:
+    """The lock datagen holds in data_dir while it writes there (`t2t_lite-datagen.lock`): a
+    second datagen is refused at once, naming the first, and `check_data` refuses to read the
+    folder meanwhile. `purpose` completes the refusal's "cannot ...". """
+    return OutputLock(os.path.join(data_dir, DATAGEN_LOCK_NAME),
+                      purpose or f"generate data in --data_dir={data_dir}")
 
 
 class Problem:
@@ -90,25 +107,41 @@ class Problem:
             if stats.keep(sample, encoded, self.max_length):
                 yield encoded
 
+    def check_raw_data(self, tmp_dir: str):
+        """Reads the raw inputs once before anything is written, so that a fault in them ends
+        datagen before the long work; nothing by default (the raw data is fetched later)."""
+
     def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
-        """Builds what feature_encoders needs (a trained vocabulary, say); nothing by default."""
+        """Builds what feature_encoders needs (a trained vocabulary, say); nothing by default.
+        Datagen calls it first, holding data_dir's lock."""
 
     def generate_data(self, data_dir: str, tmp_dir: str) -> dict:
         """Writes every split to `data_dir` and logs a summary; splits already complete are
-        kept, so running again after an interruption finishes the work. Returns {split: stats}
-        for the splits written now."""
-        tf.io.gfile.makedirs(data_dir)
-        tf.io.gfile.makedirs(tmp_dir)
-        self.prepare_vocabulary(data_dir, tmp_dir)
-        encoders = self.feature_encoders(data_dir)
-        written = {}
-        for split in self.dataset_splits():
-            if split.shards:
-                stats = self._write_records(data_dir, tmp_dir, split, encoders)
-            else:
-                stats = self._write_text(data_dir, tmp_dir, split)
-            if stats:
-                written[split.name] = stats
+        kept, so running again after an interruption or a full disk finishes the work. Returns
+        {split: stats} for the splits written now.
+
+        Holds data_dir's `datagen_lock` while it writes; a datagen already writing there is
+        refused at once, before the raw data is read. A full disk is one StorageError naming
+        the folder: the split being written is removed with every temporary file (the
+        vocabulary's too), and the splits already complete keep their manifests."""
+        lock = datagen_lock(data_dir)
+        lock.refuse_if_held()  # at once, before the checks of the raw data
+        self.check_raw_data(tmp_dir)
+        with reported_full_storage(tmp_dir, "tmp_dir"):
+            tf.io.gfile.makedirs(tmp_dir)
+        with reported_full_storage(data_dir, "data_dir"):
+            tf.io.gfile.makedirs(data_dir)
+            with lock:
+                self.prepare_vocabulary(data_dir, tmp_dir)
+                encoders = self.feature_encoders(data_dir)
+                written = {}
+                for split in self.dataset_splits():
+                    if split.shards:
+                        stats = self._write_records(data_dir, tmp_dir, split, encoders)
+                    else:
+                        stats = self._write_text(data_dir, tmp_dir, split)
+                    if stats:
+                        written[split.name] = stats
         self.log_summary(data_dir, written)
         return written
 
@@ -130,12 +163,17 @@ class Problem:
         elif records.all_exist(paths):
             logging.info("%s: written again: its shards have no manifest %s to verify them",
                          split.name, manifest)
-        records.remove_split(data_dir, f"{self.name}-{split.name}")
+        prefix = f"{self.name}-{split.name}"
+        records.remove_split(data_dir, prefix)
         stats = SplitStats()
         samples = self.generate_samples(data_dir, tmp_dir, split.name)
-        with progress_bar(f"{self.name} {split.name}") as bar:
-            records.write_shards(self.encode_samples(samples, encoders, stats), paths,
-                                 on_example=lambda n: bar.update(1), manifest=manifest)
+        try:
+            with progress_bar(f"{self.name} {split.name}") as bar:
+                records.write_shards(self.encode_samples(samples, encoders, stats), paths,
+                                     on_example=lambda n: bar.update(1), manifest=manifest)
+        except BaseException:  # a full disk, an interrupt: no shard without its manifest left
+            records.remove_split(data_dir, prefix)
+            raise
         return stats
 
     def _write_text(self, data_dir, tmp_dir, split):
@@ -164,7 +202,9 @@ class Problem:
             lines.append(f"  {name}: {stats.describe()}")
         if written.get(TRAIN):
             hparams = HParams(max_length=self.max_length)  # transformer_base's batch_size
-            train = self.dataset(TRAIN, data_dir, hparams, training=False)
+            # Not self.dataset: the shards were verified as they were written.
+            train = pipeline.batched_dataset(self.filepattern(data_dir, TRAIN), hparams,
+                                             training=False, shuffle_files=False)
             fraction = pipeline.padding_fraction(train, num_batches=200)
             lines.append(f"  padding in bucketed batches of {hparams.batch_size} tokens: "
                          f"{100 * fraction:.1f}%")
@@ -172,11 +212,18 @@ class Problem:
 
     # --- Checking ----------------------------------------------------------------------------
 
-    def check_data(self, data_dir: str, split_names=(TRAIN, DEV), checksums: bool = True):
+    def check_data(self, data_dir: str, split_names=(TRAIN, DEV), checksums: bool = True,
+                   allow_unverified: bool = False):
         """Checks each split's shards against its manifest before any work (`split_fault`):
         the first fault is one DataError naming the file and the datagen command to rerun.
-        Data written before manifests existed is read with a warning. Hashing streams every
-        shard (a few hundred MB/s); checksums=False compares sizes only."""
+        Hashing streams every shard (a few hundred MB/s); checksums=False compares sizes only.
+
+        Shards without a manifest are refused: nothing tells a whole split from what an
+        interrupted datagen or a partial copy left (t2t trained on whatever files matched;
+        a folder with 5 of 10 shards missing and one empty trained without a word). With
+        `allow_unverified` (the trainer's --allow_unverified_data, for shards written by other
+        tools) they are read with a warning. A datagen writing data_dir is refused too."""
+        datagen_lock(data_dir, f"read the data in {data_dir}").refuse_if_held()
         for split_name in split_names:
             pattern = self.filepattern(data_dir, split_name)
             manifest = self.manifest_path(data_dir, split_name)
@@ -184,6 +231,14 @@ class Problem:
                 if not tf.io.gfile.glob(pattern):
                     raise DataError(f"no {split_name} data matches {pattern}: run "
                                     f"{self.datagen_command(data_dir)} first")
+                if not allow_unverified:
+                    raise DataError(
+                        f"the {split_name} shards in {data_dir} have no manifest {manifest}, "
+                        f"so nothing tells whether they are whole (an interrupted datagen, or "
+                        f"shards written by another tool): rerun "
+                        f"{self.datagen_command(data_dir)}, which writes the split again with "
+                        f"its manifest, or pass --allow_unverified_data to train on them as "
+                        f"they are")
                 _warn_unverified(manifest, self.datagen_command(data_dir))
                 continue
             fault = self.split_fault(data_dir, split_name, checksums)
@@ -232,12 +287,14 @@ class Problem:
 
     def dataset(self, split_name: str, data_dir: str, hparams, training: bool,
                 shuffle_files: bool = None, repeat: bool = None,
-                num_replicas: int = 1, seed: int = None) -> tf.data.Dataset:
+                num_replicas: int = 1, seed: int = None,
+                allow_unverified: bool = False) -> tf.data.Dataset:
         """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0), of
         about hparams.batch_size tokens for each of `num_replicas` replicas. The shards are
         checked against the manifest's sizes first (missing or truncated shards); `check_data`
-        compares their checksums too."""
-        self.check_data(data_dir, [split_name], checksums=False)
+        compares their checksums too. `allow_unverified` as in check_data."""
+        self.check_data(data_dir, [split_name], checksums=False,
+                        allow_unverified=allow_unverified)
         pattern = self.filepattern(data_dir, split_name)
         return pipeline.batched_dataset(pattern, hparams, training=training,
                                         shuffle_files=training if shuffle_files is None
@@ -249,12 +306,13 @@ _warned_unverified = set()
 
 
 def _warn_unverified(manifest: str, command: str):
-    """Once per manifest path: data from before manifests is read as it is."""
+    """Once per manifest path: shards without a manifest, allowed by the caller, are read as
+    they are."""
     if manifest not in _warned_unverified:
         _warned_unverified.add(manifest)
-        logging.warning("no manifest %s: the shards cannot be verified (datagen wrote them "
-                        "before it wrote manifests); rerun %s to write them with one",
-                        manifest, command)
+        logging.warning("no manifest %s: the shards cannot be verified, and are read as they "
+                        "are because unverified data is allowed; rerun %s to write them with "
+                        "one", manifest, command)
 
 
 @dataclasses.dataclass

@@ -16,6 +16,7 @@ The same examples give the same bytes in every run: Example protos are serialize
 feature names (protobuf's map order otherwise changes from one process to the next) and the
 shuffle is seeded.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -61,34 +62,51 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
     With `manifest` (a path), the manifest of the shards is written once they are all complete.
 
     Only one shard is ever held in memory: the shuffle of a shard reads it back after the
-    streaming pass, as t2t's `shuffle_dataset` did.
+    streaming pass, as t2t's `shuffle_dataset` did. When anything fails (a full disk, an
+    interrupt, a bad raw line) the temporary files are removed before the error goes on: a
+    full disk then gets its space back, and no hidden leftover waits for the next run.
     """
     unshuffled = [atomic_files.temporary_path(path + ".unshuffled") for path in paths]
-    writers = [tf.io.TFRecordWriter(path) for path in unshuffled]
-    count = 0
     try:
+        count = _write_round_robin(examples, unshuffled, on_example)
+        rng = random.Random(seed)
+        shard_records = [_write_shuffled(source, path, rng)
+                         for source, path in zip(unshuffled, paths)]
+    except BaseException:
+        for path in unshuffled:
+            atomic_files.remove_if_exists(path)
+        raise
+    if manifest:
+        write_manifest(manifest, paths, shard_records)
+    return count
+
+
+def _write_round_robin(examples, paths: list, on_example=None) -> int:
+    """The streaming pass of write_shards. Every writer is closed, even after one fails:
+    TensorFlow reports a full disk when a writer flushes on close, and a writer left open
+    would keep its file (and its space) until the process ends."""
+    count = 0
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in paths]
         for count, example in enumerate(examples, start=1):
             writers[shard_of(count - 1, len(writers))].write(to_example(example))
             if on_example:
                 on_example(count)
-    finally:
-        for writer in writers:
-            writer.close()
-    rng = random.Random(seed)
-    shard_records = []
-    for source, path in zip(unshuffled, paths):
-        records = [record for batch in tf.data.TFRecordDataset(source).batch(4096)
-                   .as_numpy_iterator() for record in batch]
-        rng.shuffle(records)
-        with atomic_files.atomic_path(path) as temporary:
-            with tf.io.TFRecordWriter(temporary) as writer:
-                for record in records:
-                    writer.write(record)
-        tf.io.gfile.remove(source)
-        shard_records.append(len(records))
-    if manifest:
-        write_manifest(manifest, paths, shard_records)
     return count
+
+
+def _write_shuffled(source: str, path: str, rng: random.Random) -> int:
+    """Writes the records of `source` to `path` (atomically) in shuffled order, removes
+    `source`, and returns how many there are."""
+    records = [record for batch in tf.data.TFRecordDataset(source).batch(4096)
+               .as_numpy_iterator() for record in batch]
+    rng.shuffle(records)
+    with atomic_files.atomic_path(path) as temporary:
+        with tf.io.TFRecordWriter(temporary) as writer:
+            for record in records:
+                writer.write(record)
+    tf.io.gfile.remove(source)
+    return len(records)
 
 
 # --- Manifests -----------------------------------------------------------------------------

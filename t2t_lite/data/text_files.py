@@ -11,6 +11,7 @@ from absl import logging
 
 from t2t_lite import atomic_files
 from t2t_lite.data.problem import DataError
+from t2t_lite.storage_errors import reported_full_storage
 
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 
@@ -23,8 +24,9 @@ def maybe_download(directory: str, filename: str, url: str) -> str:
     tf.io.gfile.makedirs(directory)
     logging.info("downloading %s to %s", url, path)
     try:
-        # Streamed into tf.io.gfile, so the download lands on any TensorFlow file system.
-        with urllib.request.urlopen(url) as response, \
+        # Streamed into tf.io.gfile, so the download lands on any TensorFlow file system; a
+        # full disk is a StorageError naming the folder, and the partial file is removed.
+        with reported_full_storage(directory), urllib.request.urlopen(url) as response, \
                 atomic_files.atomic_write(path, "wb") as handle:
             shutil.copyfileobj(response, handle, DOWNLOAD_CHUNK_BYTES)
     except OSError as error:

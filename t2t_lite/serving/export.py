@@ -49,6 +49,7 @@ from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.errors import UserError
 from t2t_lite.run_description import save_run_description
+from t2t_lite.storage_errors import reported_full_storage
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
 FAILED_SCORE = float("-inf")  # the score of a sentence that is not translated
@@ -131,8 +132,12 @@ def save_atomically(module, export_dir: str, write_extras=None):
     """Saves under atomic_files' hidden temporary name beside export_dir and renames it to
     export_dir when complete, so a folder named export_dir is always a whole SavedModel
     (TensorFlow Serving may be watching the parent folder for new versions, and it loads only
-    numbered folders). `write_extras(folder)` adds files before the rename."""
-    with atomic_files.atomic_folder(export_dir) as temporary:
+    numbered folders). `write_extras(folder)` adds files before the rename. A write that fails
+    removes the temporary folder; one that finds the disk full is a StorageError naming
+    --export_dir, not TensorFlow's ResourceExhaustedError about a file in the temporary
+    folder."""
+    with reported_full_storage(export_dir, "export_dir"), \
+            atomic_files.atomic_folder(export_dir) as temporary:
         tf.saved_model.save(module, temporary, signatures={SIGNATURE_NAME: module.serve})
         if write_extras:
             write_extras(temporary)

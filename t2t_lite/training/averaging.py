@@ -5,9 +5,23 @@ last 5 checkpoints, the big models of the last 20, written at 10-minute interval
 Only the model's variables are averaged; the optimizer's moments and step are left out, so the
 result is for decoding (`t2t_lite-decoder --output_dir=O --checkpoint_path=P`, which takes the
 model and hparams from O's hparams.json), not for resuming training.
+
+An average is replaced as a unit. `P` (the README's O/averaged/model.ckpt) is a folder holding
+the average under a name of its own, `P/average-STEP-TOKEN.index` and `.data-*`, and
+TensorFlow's `checkpoint` state file naming it, which `--checkpoint_path=P` follows
+(checkpoints.resolve takes a folder's latest checkpoint). A new average is written whole beside
+the old one, the state file is replaced in one rename (atomic_files), and only then is the old
+one removed: a program killed at any point leaves the old average or the new one, complete, and
+a failed write (a full disk) leaves the old one and removes the new one's files.
+tensor2tensor's averager saved over the previous average in place (tf.train.Saver, as
+`OUTPUT_PATH-0`); t2t_lite wrote `P.index` and `P.data-*` and renamed the new data over the old
+before the index, so that a kill between the two renames paired new data with the old index
+(a checksum error at restore). Such an average at `P.index` is removed once the new one is in
+place; until then --checkpoint_path=P restores it.
 """
 import os
 import re
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -15,10 +29,13 @@ from absl import logging
 
 from t2t_lite import atomic_files, checkpoints, output_paths
 from t2t_lite.checkpoints import CheckpointError
+from t2t_lite.errors import FlagError
 from t2t_lite.run_description import HPARAMS_FILE
 
 MODEL_PREFIX = "model/"
 VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+AVERAGE_NAME = "average"  # an average's prefix in P: average-STEP-TOKEN
+STATE_FILE = "checkpoint"  # TensorFlow's CheckpointState, which tf.train.latest_checkpoint reads
 
 
 def variable_path(key: str) -> str:
@@ -69,26 +86,67 @@ def _model_variables(reader, checkpoint_path: str) -> dict:
 
 def _step(checkpoint_path: str) -> str:
     """The global step in a "model.ckpt-STEP" name."""
-    return checkpoint_path.rsplit("-", 1)[-1]
+    return os.path.basename(checkpoint_path).rsplit("-", 1)[-1]
 
 
-def _write_atomically(values: dict, out_path: str):
-    """Writes {path: array} as a model-only checkpoint at out_path: under atomic_files'
-    temporary prefix first, then renamed with the index last, so that a checkpoint whose index
-    exists is complete."""
-    directory = output_paths.parent_folder(out_path)
-    tf.io.gfile.makedirs(directory)
-    temporary = atomic_files.temporary_path(out_path)
+def _current_name(out_path: str):
+    """The name of the average that out_path's state file names, or None."""
+    state = tf.train.get_checkpoint_state(out_path)
+    return os.path.basename(state.model_checkpoint_path) if state else None
+
+
+def check_out(out_path: str):
+    """Raises FlagError if out_path is a folder whose state file names other checkpoints than
+    averages (a trainer's output_dir, say), which writing an average there would replace."""
+    name = _current_name(out_path)
+    if name and not name.startswith(AVERAGE_NAME + "-"):
+        raise FlagError(f"--out={out_path} is a folder of other checkpoints (its {STATE_FILE} "
+                        f"file names {name}): give a path of its own, such as "
+                        f"{out_path.rstrip('/')}/averaged/model.ckpt")
+
+
+def _remove_other_averages(folder: str, keep: str = None):
+    """Removes the files of every average in folder but `keep` (names are
+    average-STEP-TOKEN, so no name starts with another), and a killed write's temporaries."""
+    atomic_files.remove_incomplete(folder, STATE_FILE)
+    for entry in tf.io.gfile.listdir(folder):
+        entry = entry.rstrip("/")  # gs:// lists sub-folders with a slash
+        if entry.startswith(AVERAGE_NAME + "-") and not (keep and entry.startswith(keep)):
+            atomic_files.remove_matching(tf.io.gfile.join(folder, entry))
+
+
+def _write_checkpoint(values: dict, prefix: str):
+    """Writes {path: array} as a model-only checkpoint at prefix."""
     checkpoint = tf.train.Checkpoint(
         model={path: tf.Variable(value) for path, value in values.items()})
     # write() leaves out the save counter, which checkpoints.restore expects to match.
     checkpoint.save_counter  # noqa: B018 (creates it)
-    checkpoint.write(temporary)
-    prefix = os.path.basename(temporary) + "."
-    suffixes = [name[len(prefix) - 1:] for name in tf.io.gfile.listdir(directory)
-                if name.startswith(prefix)]
-    for suffix in sorted(suffixes, key=lambda suffix: suffix == ".index"):
-        tf.io.gfile.rename(temporary + suffix, out_path + suffix, overwrite=True)
+    checkpoint.write(prefix)
+
+
+def _replace_average(values: dict, out_path: str, step: str) -> str:
+    """Writes {path: array} as the average in the folder out_path (which exists) and makes it
+    the one its state file names; returns its prefix. See the module's docstring for the
+    order."""
+    folder = out_path.rstrip("/")
+    _remove_other_averages(folder, keep=_current_name(folder))  # what a killed run left
+    name = f"{AVERAGE_NAME}-{step}-{uuid.uuid4().hex[:8]}"
+    prefix = tf.io.gfile.join(folder, name)
+    try:
+        _write_checkpoint(values, prefix)
+        with atomic_files.atomic_write(tf.io.gfile.join(folder, STATE_FILE)) as handle:
+            # Relative, as tf.train.CheckpointManager writes it: the folder can be moved.
+            handle.write(f'model_checkpoint_path: "{name}"\n'
+                         f'all_model_checkpoint_paths: "{name}"\n')
+    except BaseException:
+        if _current_name(folder) != name:  # not when interrupted just after the switch
+            atomic_files.remove_matching(prefix + ".*", prefix + "_temp*")
+        raise
+    # The earlier versions' average at out_path itself: the index first, so that no data
+    # file is left that an index pairs with.
+    atomic_files.remove_matching(folder + ".index", folder + ".data-*")
+    _remove_other_averages(folder, keep=name)
+    return prefix
 
 
 def _keep_run_description(output_dir: str, out_path: str):
@@ -103,14 +161,15 @@ def _keep_run_description(output_dir: str, out_path: str):
 
 def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:
     """Writes at out_path the element-wise mean of every model variable over the last
-    `num_last` checkpoints in output_dir (paper §6.1) and returns out_path."""
+    `num_last` checkpoints in output_dir (paper §6.1) and returns its checkpoint prefix."""
     return average(output_dir, last_checkpoints(output_dir, num_last), out_path)
 
 
 def average(output_dir: str, paths: list, out_path: str) -> str:
     """Writes at out_path the element-wise mean of every model variable over the checkpoints
-    `paths` of output_dir's run (oldest first, as last_checkpoints lists them) and returns
-    out_path.
+    `paths` of output_dir's run (oldest first, as last_checkpoints lists them), replacing the
+    average there as a unit (see the module's docstring), and returns its checkpoint prefix
+    (`--checkpoint_path=out_path` restores it too).
 
     The checkpoints must hold the same model variables with the same shapes. Floating-point
     variables are summed in float64 and stored in their own dtype; any other variable (none in
@@ -130,9 +189,11 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
         else:
             value = readers[-1].get_tensor(key)
         averages[variable_path(key)] = value
-    _write_atomically(averages, out_path)
-    _keep_run_description(output_dir, out_path)
+    check_out(out_path)
+    tf.io.gfile.makedirs(out_path)
+    _keep_run_description(output_dir, out_path)  # first: a full disk leaves the old average
+    prefix = _replace_average(averages, out_path, _step(paths[-1]))
     logging.info("averaged %d checkpoints of %s (steps %s to %s; the average stands for step "
                  "%s) into %s", len(paths), output_dir, _step(paths[0]), _step(paths[-1]),
-                 _step(paths[-1]), out_path)
-    return out_path
+                 _step(paths[-1]), prefix)
+    return prefix

@@ -5,7 +5,9 @@ periodic dev evaluation, Keras callbacks and resumption.
 The objective is tensor2tensor's: label-smoothed cross entropy summed over real target tokens
 and divided by their number; Adam with the hparams' learning-rate schedule (paper §5.3).
 Running again with the same `output_dir` restores the latest checkpoint (weights, optimizer
-moments and step) and continues to `train_steps`.
+moments and step) and continues to `train_steps`; a rerun that asks for another run than the
+one recorded there (hparams.json) is refused before it writes anything (resumable_hparams).
+A full disk ends training with one StorageError, the last complete checkpoint the latest.
 """
 import contextlib
 import dataclasses
@@ -20,7 +22,9 @@ from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.errors import UserError
 from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
-from t2t_lite.run_description import save_run_description
+from t2t_lite.run_description import (description_path, differing_values,
+                                      save_run_description, saved_run)
+from t2t_lite.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
 from t2t_lite.training.schedules import LearningRateSchedule
@@ -40,6 +44,7 @@ class RunConfig:
     jit_compile: bool = None            # XLA; None: where it pays (xla_pays)
     seed: int = 1                       # weights, dropout and the order of training batches
     devices: tuple = ()                 # MirroredStrategy devices; () = every GPU, else CPU
+    allow_unverified_data: bool = False  # train on shards without a datagen manifest
 
 
 def xla_pays(strategy) -> bool:
@@ -59,6 +64,52 @@ def length_bucketing_for(hparams, jit_compile: bool) -> str:
     if hparams.length_bucketing != "auto":
         return hparams.length_bucketing
     return "longer" if jit_compile else "each"
+
+
+# The hparams a resumed run may change: they change neither the variables, nor the function
+# the checkpoints compute, nor the order of the batches (NonFiniteLossError advises a lower
+# learning rate for the same output_dir). Any other difference is another run.
+CHANGEABLE_ON_RESUME = frozenset({
+    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
+    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
+    "layer_prepostprocess_dropout", "attention_dropout", "relu_dropout", "label_smoothing",
+    "output_layer_chunk_rows"})
+
+
+class ResumeError(UserError):
+    """A rerun in an output_dir that holds another run than the one requested."""
+
+
+def resumable_hparams(output_dir: str, problem_name: str, model_name: str, hparams):
+    """The hparams to train with in output_dir: `hparams` once the run recorded there
+    (hparams.json), if any, is known to be the one requested, with a requested "auto"
+    length_bucketing taking the recorded choice (a plain rerun continues the same batches
+    whichever --jit_compile it runs with). A ResumeError names every value that differs
+    other than CHANGEABLE_ON_RESUME. tensor2tensor, and t2t_lite before, overwrote the record
+    and then failed to restore the checkpoint, leaving checkpoints the record no longer
+    described; this runs before anything is written."""
+    recorded = saved_run(output_dir)
+    if not recorded:
+        return hparams
+    if hparams.length_bucketing == "auto":
+        hparams = hparams.replace(length_bucketing=recorded["hparams"].length_bucketing)
+    changes = differing_values(recorded, problem_name, model_name, hparams)
+    refused = {name: values for name, values in changes.items()
+               if name not in CHANGEABLE_ON_RESUME}
+    path = description_path(output_dir)
+    if refused:
+        raise ResumeError(
+            f"--output_dir={output_dir} holds another run than the one requested: "
+            f"{_listed(refused, path)}. To train this one, choose a new --output_dir; to "
+            f"resume that one, run with its problem, model and hparams (see {path})")
+    if changes:
+        logging.warning("resuming with other training settings: %s", _listed(changes, path))
+    return hparams
+
+
+def _listed(changes: dict, path: str) -> str:
+    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
+                     for name, (before, after) in changes.items())
 
 
 def make_optimizer(hparams):
@@ -114,7 +165,7 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def _save(self, step):
         if step != self.saved_step:
-            logging.info("saved %s", self.manager.save(checkpoint_number=step))
+            logging.info("saved %s", checkpoints.save(self.manager, step))
             self.saved_step = step
 
     def on_train_batch_end(self, batch, logs=None):
@@ -192,38 +243,48 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
     `strategy` defaults to distribution.choose_strategy(config.devices).
 
-    The inputs (problem, data, vocabulary) are checked before anything is written, and the
-    chief holds output_dir's OutputLock while it trains: a second trainer started on the same
-    folder is refused instead of writing the same checkpoint names."""
+    The inputs (problem, data, vocabulary) and the run recorded in output_dir are checked
+    before anything is written, and the chief holds output_dir's OutputLock while it trains: a
+    second trainer started on the same folder is refused instead of writing the same
+    checkpoint names. A write that finds output_dir's disk full is a StorageError."""
     problem = registry.problem(problem_name)
     strategy = strategy or distribution.choose_strategy(list(config.devices))
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
-    hparams = hparams.replace(length_bucketing=length_bucketing_for(hparams, jit_compile))
     replicas = strategy.num_replicas_in_sync
     chief = distribution.is_chief(strategy)
     lock = OutputLock.of_folder(output_dir, f"train in --output_dir={output_dir}")
     if chief:
         lock.refuse_if_held()  # at once, before the slower checks of the data
+    hparams = resumable_hparams(output_dir, problem_name, model_name, hparams)
+    hparams = hparams.replace(length_bucketing=length_bucketing_for(hparams, jit_compile))
     keras.utils.set_random_seed(config.seed)
-    problem.check_data(data_dir, ("train", "dev"))  # every shard against datagen's manifest
+    allow_unverified = config.allow_unverified_data  # shards without a datagen manifest
+    problem.check_data(data_dir, ("train", "dev"), allow_unverified=allow_unverified)
     train_data = problem.dataset("train", data_dir, hparams, training=True,
-                                 num_replicas=replicas, seed=config.seed)
+                                 num_replicas=replicas, seed=config.seed,
+                                 allow_unverified=allow_unverified)
     dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
-                               num_replicas=replicas)
+                               num_replicas=replicas, allow_unverified=allow_unverified)
     vocab_size = problem.vocab_size(data_dir)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
-    with (lock if chief else contextlib.nullcontext()):
-        if chief:
-            save_run_description(output_dir, problem_name, model_name, hparams)
-            write_learning_rate_picture(hparams, config.train_steps,
-                                        tf.io.gfile.join(output_dir, "learning_rate.png"))
+    with reported_full_storage(output_dir, "output_dir"), \
+            (lock if chief else contextlib.nullcontext()):
         try:
             return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                  callbacks if chief else (), strategy, jit_compile, train_data,
                                  dev_data, vocab_size)
         except tf.errors.DataLossError as error:  # a shard damaged after the check
             raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+
+
+def record_run(output_dir, problem_name, model_name, hparams, train_steps: int):
+    """hparams.json and the learning-rate picture, written once the latest checkpoint has
+    restored into the model these hparams build: the record never describes a model other
+    than the checkpoints beside it."""
+    save_run_description(output_dir, problem_name, model_name, hparams)
+    write_learning_rate_picture(hparams, train_steps,
+                                tf.io.gfile.join(output_dir, "learning_rate.png"))
 
 
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
@@ -239,6 +300,8 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         if latest:
             checkpoints.restore(latest, model, optimizer)
             logging.info("resuming from %s", latest)
+    if chief:
+        record_run(output_dir, problem_name, model_name, hparams, config.train_steps)
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
     if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "

@@ -63,11 +63,11 @@ def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(data_di
 
 def test_flags_that_must_be_positive_are_refused_before_anything_is_written(data_dir, tmp_path):
     code, out = run("trainer", *trainer_flags(data_dir, tmp_path / "out"), "--train_steps=0")
-    assert code != 0 and "--train_steps" in out and "not a positive integer" in out, out
+    assert code == 2 and "--train_steps" in out and "not a positive integer" in out, out
     assert not (tmp_path / "out").exists()
     code, out = run("avg_checkpoints", f"--output_dir={tmp_path}", "--num_last=0",
                     f"--out={tmp_path}/avg/model.ckpt")
-    assert code != 0 and "--num_last" in out and not (tmp_path / "avg").exists(), out
+    assert code == 2 and "--num_last" in out and not (tmp_path / "avg").exists(), out
 
 
 def test_missing_data_leaves_the_output_folder_untouched(tmp_path):

@@ -1,8 +1,8 @@
 """The shards datagen wrote are checked against their manifests before training: a missing,
 truncated, changed or stray shard is one DataError naming the file and the datagen command;
 a damaged record met while reading is named by corrupt_data_error; datagen writes such a split
-again and keeps the verified ones. On algorithmic_copy with 300 training sequences."""
-import logging
+again and keeps the verified ones. On algorithmic_copy with 300 training sequences. Shards
+without a manifest: test_unverified_data.py."""
 import os
 import re
 import shutil
@@ -112,17 +112,3 @@ def test_datagen_writes_a_damaged_split_again_and_keeps_the_verified_one(data, g
     assert set(problem.generate_data(data_dir, data_dir)) == {"train"}
     assert contents(data_dir) == original
     problem.check_data(data_dir, ["train", "dev"])
-
-
-def test_data_from_before_manifests_is_read_with_a_warning_and_rewritten_by_datagen(
-        data, caplog):
-    problem, data_dir, _ = data
-    for split in ("train", "dev"):
-        os.remove(problem.manifest_path(data_dir, split))
-    with caplog.at_level(logging.WARNING):
-        problem.check_data(data_dir, ["train", "dev"])
-    manifest = problem.manifest_path(data_dir, "train")
-    assert (f"no manifest {manifest}: the shards cannot be verified" in caplog.text and
-            RERUN.format(data_dir) in caplog.text)
-    assert set(problem.generate_data(data_dir, data_dir)) == {"train", "dev"}
-    assert os.path.exists(manifest)

@@ -1,0 +1,42 @@
+"""A flag the parser refuses (out of bounds, unknown, not a number, missing) ends every program
+as any mistake a user can fix does: one `error:` line naming the flag and exit status 2
+(docs/checks.md), where absl's parser printed "FATAL Flags parsing error" with status 1. Help
+still prints and exits 0."""
+import subprocess
+import sys
+
+import pytest
+
+
+def run(program, *flags):
+    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
+                            capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("program, flags, message", [
+    ("trainer", ["--train_steps=-5"], "flag --train_steps=-5: -5 is not a positive integer"),
+    ("trainer", ["--train_stepz=5"],
+     "Unknown command line flag 'train_stepz'. Did you mean: train_steps ?"),
+    ("decoder", ["--data_dir=D", "--output_dir=O", "--attention_sentences=many"],
+     "flag --attention_sentences=many: invalid literal for int()"),
+    ("avg_checkpoints", ["--num_last=5"],
+     "flag --output_dir=None: Flag --output_dir must have a value other than None; "
+     "flag --out=None: Flag --out must have a value other than None"),
+    ("exporter", ["--data_dir=D", "--output_dir=O", "--export_dir=E", "--overwrite=maybe"],
+     "flag --overwrite=maybe"),
+])
+def test_a_flag_the_parser_refuses_is_one_error_line_with_status_2(program, flags, message):
+    code, out, err = run(program, *flags)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2, err
+    assert len(errors) == 1 and errors[0].startswith(f"error: {message}"), err
+    assert errors[0].endswith("(--helpshort lists the flags)")
+    assert "FATAL" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("program", ["trainer", "datagen"])
+def test_help_prints_and_exits_0(program):
+    code, out, err = run(program, "--help")
+    assert code == 0, err
+    assert out.startswith(f"t2t_lite-{program}:") and "--data_dir" in out, out

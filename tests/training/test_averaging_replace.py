@@ -1,0 +1,135 @@
+"""An average is replaced as a unit: at every point of the replacement (the state between any two
+steps it takes on the file system, which is what a kill leaves) --checkpoint_path=OUT restores
+either the complete old average or the complete new one; a full disk leaves the old one and one
+error line, and removes the new one's files."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import checkpoints
+from t2t_lite.errors import FlagError
+from t2t_lite.training import averaging
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHAPE = (256, 512)  # 512 KiB of float32: the average does not fit the full disk below
+KEY = "model/dense.Skernel/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+@pytest.fixture(scope="module")
+def output_dir(tmp_path_factory):
+    """Checkpoints at steps 10, 20 and 30 whose one model variable is all 1, 2 and 6 (the last 2
+    average to 4, the last 3 to 3)."""
+    output_dir = str(tmp_path_factory.mktemp("train"))
+    kernel = tf.Variable(np.zeros(SHAPE, np.float32))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model={"dense/kernel": kernel}),
+                                         output_dir, max_to_keep=5,
+                                         checkpoint_name=checkpoints.CHECKPOINT_NAME)
+    for step, value in ((10, 1.0), (20, 2.0), (30, 6.0)):
+        kernel.assign(np.full(SHAPE, value, np.float32))
+        manager.save(checkpoint_number=step)
+    return output_dir
+
+
+def restored_value(output_dir: str, out: str) -> float:
+    """The value every element of the average at `out` holds, as --checkpoint_path=out
+    restores it (it must be one value: a mixed checkpoint is no average)."""
+    prefix = checkpoints.resolve(output_dir, out)
+    values = checkpoints.reader(prefix).get_tensor(KEY)
+    assert values.shape == SHAPE and np.all(values == values.flat[0]), prefix
+    return float(values.flat[0])
+
+
+def states_while_replacing(output_dir, folder, out, monkeypatch, replace):
+    """Runs `replace()` and returns copies of `folder` taken before each step that changes what
+    is in it (renames, removals, TensorFlow's checkpoint write) and at the end."""
+    states = []
+
+    def copy_state():
+        state = f"{folder}.state{len(states)}"
+        shutil.copytree(folder, state)
+        states.append(state)
+
+    def before(function):
+        def step(*args, **kwargs):
+            copy_state()
+            return function(*args, **kwargs)
+        return step
+
+    for name in ("rename", "remove", "rmtree", "copy"):
+        monkeypatch.setattr(tf.io.gfile, name, before(getattr(tf.io.gfile, name)))
+    monkeypatch.setattr(tf.train.Checkpoint, "write", before(tf.train.Checkpoint.write))
+    replace()
+    monkeypatch.undo()
+    copy_state()
+    return [state + out[len(folder):] for state in states]
+
+
+@pytest.mark.parametrize("earlier_layout", [False, True])
+def test_a_kill_at_any_point_leaves_the_old_or_the_new_average(output_dir, tmp_path, monkeypatch,
+                                                               earlier_layout):
+    """earlier_layout: the old average is model.ckpt.index and .data-* (t2t_lite before), which
+    the new one replaces too."""
+    folder, out = str(tmp_path / "averaged"), str(tmp_path / "averaged" / "model.ckpt")
+    if earlier_layout:
+        os.makedirs(folder)
+        tf.train.Checkpoint(model={"dense/kernel": tf.Variable(
+            np.full(SHAPE, 4.0, np.float32))}).write(out)
+    else:
+        averaging.average_checkpoints(output_dir, 2, out)
+    assert restored_value(output_dir, out) == 4.0
+    states = states_while_replacing(
+        output_dir, folder, out, monkeypatch,
+        lambda: averaging.average_checkpoints(output_dir, 3, out))
+    values = [restored_value(output_dir, state) for state in states]
+    assert len(states) >= 4 and values[0] == 4.0 and values[-1] == 3.0
+    assert set(values) == {4.0, 3.0}, values
+    switched = values.index(3.0)
+    assert values[switched:] == [3.0] * (len(values) - switched)  # one switch, never back
+    name = os.path.basename(checkpoints.resolve(output_dir, out))
+    assert sorted(os.listdir(out)) == sorted(
+        ["checkpoint", f"{name}.data-00000-of-00001", f"{name}.index"])
+    assert sorted(os.listdir(folder)) == ["model.ckpt"]
+
+
+def test_the_average_is_a_folder_the_decoder_and_the_next_average_take(output_dir, tmp_path):
+    out = str(tmp_path / "model.ckpt")
+    first = averaging.average_checkpoints(output_dir, 2, out)
+    assert first.startswith(f"{out}/average-30-") and restored_value(output_dir, out) == 4.0
+    second = averaging.average_checkpoints(output_dir, 3, out)
+    assert second != first and restored_value(output_dir, out) == 3.0
+    assert not tf.io.gfile.exists(first + ".index")
+    with pytest.raises(FlagError, match=f"--out={output_dir} is a folder of other "
+                                                  f"checkpoints .*model.ckpt-30"):
+        averaging.average_checkpoints(output_dir, 2, output_dir)
+
+
+def files_under(folder: str) -> list:
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def test_a_full_disk_is_one_error_and_leaves_the_earlier_average(output_dir, small_filesystem):
+    folder = small_filesystem(2)
+    out = f"{folder}/averaged/model.ckpt"
+    averaging.average_checkpoints(output_dir, 2, out)
+    earlier, before = checkpoints.resolve(output_dir, out), files_under(folder)
+    with open(f"{folder}/filler", "wb") as handle:  # all but 64 KiB
+        handle.write(bytes(os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+                           - (64 << 10)))
+    result = subprocess.run(
+        [sys.executable, "-m", "t2t_lite.bin.avg_checkpoints", f"--output_dir={output_dir}",
+         "--num_last=3", f"--out={out}"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors == [f"error: --out={out}: no space left on its file system; free some space "
+                      f"or choose another folder, then run the same command again"]
+    assert "Traceback" not in result.stderr
+    # No part of the new average, no temporary file, no lock: the earlier average as it was.
+    assert files_under(folder) == sorted(before + ["filler"])
+    assert checkpoints.resolve(output_dir, out) == earlier
+    assert restored_value(output_dir, out) == 4.0

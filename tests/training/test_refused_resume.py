@@ -1,0 +1,209 @@
+"""A trainer rerun on a folder that holds another run is refused before it writes anything, and
+a damaged hparams.json is one error in every program: the checkpoints of a run are never left
+beside a record that does not describe them (issue 35). The same command rerun resumes."""
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from t2t_lite import registry
+from t2t_lite.run_description import RunDescriptionError, save_run_description, saved_run
+from t2t_lite.training.trainer import ResumeError, resumable_hparams
+
+SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
+         "max_length=22,min_length_bucket=22")
+
+
+def run(program, *flags):
+    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
+                            capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+def trainer_flags(data_dir, output_dir, steps, hparams=SMALL):
+    return ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny", f"--hparams={hparams}",
+            f"--data_dir={data_dir}", f"--output_dir={output_dir}", f"--train_steps={steps}",
+            "--eval_steps=1", "--eval_bleu_sentences=0", "--log_every_steps=1",
+            "--save_checkpoints_steps=1"]
+
+
+def decoder_flags(data_dir, output_dir):
+    return [f"--data_dir={data_dir}", f"--output_dir={output_dir}", "--decode_from_file=/dev/null"]
+
+
+def file_hashes(folder) -> dict:
+    """{path inside folder: sha256} of every file under it."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def error_lines(out: str) -> list:
+    return [line for line in out.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def data_dir(copy_task_data):
+    return copy_task_data(300, 20)
+
+
+@pytest.fixture(scope="module")
+def trained_dir(data_dir, tmp_path_factory):
+    """A run of two steps with a checkpoint at each; tests work on copies of it."""
+    output_dir = tmp_path_factory.mktemp("trained") / "run"
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 2))
+    assert code == 0, out
+    return output_dir
+
+
+@pytest.fixture
+def run_copy(trained_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(trained_dir, copy)
+    return copy
+
+
+def test_other_hparams_are_refused_before_anything_is_written(data_dir, run_copy):
+    before = file_hashes(run_copy)
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4,
+                                              SMALL.replace("hidden_size=32", "hidden_size=64")))
+    assert code == 2, out
+    assert len(error_lines(out)) == 1 and "Traceback" not in out, out
+    assert f"hidden_size: 32 in {run_copy}/hparams.json, 64 requested" in out
+    assert "--output_dir" in error_lines(out)[0]  # how to proceed: a new folder
+    assert file_hashes(run_copy) == before  # hparams.json, learning_rate.png, checkpoints, events
+
+    # Another hparams set: every value that differs is named.
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4, hparams=""),
+                    "--hparams_set=transformer_small")
+    assert code == 2, out
+    for name in ("hidden_size", "filter_size", "num_heads", "num_hidden_layers", "batch_size"):
+        assert f"{name}: " in error_lines(out)[0], name
+    assert file_hashes(run_copy) == before
+
+    code, out = run("decoder", *decoder_flags(data_dir, run_copy))
+    assert code == 0, out  # the run's own checkpoints still decode
+
+
+def test_the_same_command_resumes_to_more_steps(data_dir, run_copy):
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 3))
+    assert code == 0, out
+    assert f"resuming from {run_copy}/model.ckpt-2" in out and "from step 2 to 3" in out
+    assert (run_copy / "model.ckpt-3.index").exists()
+
+
+def test_checkpoints_without_a_record_are_checked_before_one_is_written(data_dir, run_copy):
+    (run_copy / "hparams.json").unlink()
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4,
+                                              SMALL.replace("filter_size=64", "filter_size=48")))
+    assert code == 2 and "feed_forward/filter/kernel" in out and "shape" in out, out
+    assert not (run_copy / "hparams.json").exists()  # no record of a model that is not there
+
+
+def test_a_damaged_record_is_one_error_in_every_program(data_dir, run_copy, tmp_path):
+    record = run_copy / "hparams.json"
+    record.write_text("{garbage")
+    before = file_hashes(run_copy)
+    expected = f"error: {record} cannot be read: not valid JSON (Expecting property name"
+    for program, flags in [
+            ("trainer", trainer_flags(data_dir, run_copy, 4)),
+            ("decoder", decoder_flags(data_dir, run_copy)),
+            ("exporter", [f"--data_dir={data_dir}", f"--output_dir={run_copy}",
+                          f"--export_dir={tmp_path / 'export'}"])]:
+        code, out = run(program, *flags)
+        assert code == 2 and "Traceback" not in out, (program, out)
+        assert len(error_lines(out)) == 1 and expected in out, (program, out)
+        assert "line 1 column 2" in out, (program, out)
+        assert file_hashes(run_copy) == before, program  # the trainer did not rewrite it
+
+
+def test_a_damaged_record_is_refused_even_without_checkpoints(data_dir, tmp_path):
+    """The trainer never replaces a record it cannot read: the folder may be another run's."""
+    output_dir = tmp_path / "run"
+    output_dir.mkdir()
+    (output_dir / "hparams.json").write_text('{"problem": "algorithmic_copy"}')
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 1))
+    assert code == 2 and "has no 'model'" in out, out
+    assert (output_dir / "hparams.json").read_text() == '{"problem": "algorithmic_copy"}'
+
+
+def tiny():
+    return registry.hparams("transformer_tiny").override_from_string(SMALL)
+
+
+def write_record(folder, text):
+    (folder / "hparams.json").write_text(text)
+    return str(folder / "hparams.json")
+
+
+def valid_record() -> dict:
+    return {"problem": "algorithmic_copy", "model": "transformer", "hparams": tiny().to_dict()}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda record: record.pop("hparams"), "has no 'hparams'"),
+    (lambda record: record.update(problem=3), "'problem' is 3: expected a name"),
+    (lambda record: record.update(hparams=[1]), "'hparams' is [1]: expected an object"),
+    (lambda record: record["hparams"].update(hidden_sise=32),
+     "unknown hparam 'hidden_sise'. Did you mean 'hidden_size'?"),
+    (lambda record: record["hparams"].update(hidden_size="32"),
+     "hparam hidden_size is '32': expected int"),
+    (lambda record: record["hparams"].update(learning_rate_schedule="constant"),
+     "hparam learning_rate_schedule is 'constant': expected a list of names"),
+    (lambda record: record["hparams"].update(num_heads=3), "hidden_size=32 is not divisible"),
+])
+def test_a_hand_edited_record_names_the_key(tmp_path, damage, message):
+    record = valid_record()
+    damage(record)
+    path = write_record(tmp_path, json.dumps(record))
+    with pytest.raises(RunDescriptionError) as raised:
+        saved_run(str(tmp_path))
+    assert str(raised.value).startswith(f"{path} cannot be read: ")
+    assert message in str(raised.value)
+
+
+def test_a_record_of_an_earlier_version_takes_the_defaults_of_hparams_added_since(tmp_path):
+    record = valid_record()
+    del record["hparams"]["output_layer_chunk_rows"]
+    write_record(tmp_path, json.dumps(record))
+    assert saved_run(str(tmp_path))["hparams"] == tiny()
+
+
+def test_a_record_round_trips(tmp_path):
+    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny())
+    assert saved_run(str(tmp_path)) == {"problem": "algorithmic_copy", "model": "transformer",
+                                        "hparams": tiny()}
+    assert saved_run(str(tmp_path / "none")) == {}
+
+
+def test_a_resumed_run_keeps_the_recorded_length_bucketing(tmp_path):
+    """The trainer records "auto" resolved (each without XLA, longer under XLA); a rerun asking
+    for "auto" resumes with the recorded choice, so that its batches continue the same stream
+    whichever --jit_compile it runs with."""
+    save_run_description(str(tmp_path), "algorithmic_copy", "transformer",
+                         tiny().replace(length_bucketing="longer"))
+    resumed = resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer", tiny())
+    assert resumed == tiny().replace(length_bucketing="longer")
+    with pytest.raises(ResumeError, match="length_bucketing: 'longer' in .*, 'each' requested"):
+        resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer",
+                          tiny().replace(length_bucketing="each"))
+
+
+def test_training_settings_may_change_on_resume_but_not_the_model_or_the_data(tmp_path):
+    """What neither changes the variables, the function the checkpoints compute nor the order
+    of the batches (the learning rate after a NaN loss, dropout) may change on resume."""
+    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny())
+    changed = tiny().replace(learning_rate_constant=0.5, learning_rate_warmup_steps=100,
+                             relu_dropout=0.0, label_smoothing=0.0)
+    assert resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer",
+                             changed) == changed
+    for name, value in [("batch_size", 128), ("timing_signal", "interleaved"),
+                        ("norm_epsilon", 1e-5), ("mixed_precision", "bfloat16")]:
+        with pytest.raises(ResumeError, match=f"{name}: "):
+            resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer",
+                              tiny().replace(**{name: value}))
+    with pytest.raises(ResumeError, match="problem: 'algorithmic_copy' in .*, "
+                                          "'algorithmic_reverse' requested"):
+        resumable_hparams(str(tmp_path), "algorithmic_reverse", "transformer", tiny())
