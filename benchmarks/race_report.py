@@ -29,7 +29,8 @@ def points(entry: dict) -> list:
                   entry["milestones"].items())
 
 
-def sweep_table(record: dict) -> str:
+def sweep_table(record: dict, updates_per_minute: dict = None) -> str:
+    updates_per_minute = updates_per_minute or {}
     early = [m for m in record["milestones"] if m <= record["choose_at"]]
     header = (f"{'toolkit':<12}{'warmup':>7}{'peak':>9}{'updates':>9}"
               + "".join(f"{'@' + str(m):>8}" for m in early) + f"{'chosen':>8}")
@@ -45,10 +46,22 @@ def sweep_table(record: dict) -> str:
                         if str(m) in entry["milestones"] else f"{'-':>8}" for m in early)
         lines.append(f"{NAMES[toolkit]:<12}{entry['warmup']:>7}{entry['peak']:>9.1e}"
                      f"{reached:>9}{cells}{'*' if chosen else '':>8}")
-    for toolkit, choice in record.get("choices", {}).items():
-        lines.append(f"{NAMES[toolkit]}: the choice took {choice['seconds'] / 60:.0f} min of "
-                     "training and dev decoding")
+    lines += [choice_time(record, toolkit, choice, updates_per_minute.get(toolkit))
+              for toolkit, choice in record.get("choices", {}).items()]
     return "\n".join(lines)
+
+
+def choice_time(record: dict, toolkit: str, choice: dict, rate: float = None) -> str:
+    """How long a toolkit's choice took: its schedules' updates to the choice, in minutes at
+    its updates per minute from the speed run (the figure that compares toolkits), beside the
+    wall clock the record measured (training, restarts and dev decoding, on whatever load the
+    machine had; a run trained before the record began counts only its decoding)."""
+    runs = [entry for entry in record["runs"].values() if entry["toolkit"] == toolkit]
+    updates = len(runs) * record["choose_at"]
+    at_rate = f" = {updates / rate:.0f} min at {rate:g} updates/min" if rate else ""
+    return (f"{NAMES[toolkit]}: the choice took {len(runs)} schedule(s) x "
+            f"{record['choose_at']:,} updates{at_rate} (wall clock recorded: "
+            f"{choice['seconds'] / 60:.0f} min of training and dev decoding)")
 
 
 def race_table(record: dict, updates_per_minute: dict) -> str:
@@ -120,7 +133,8 @@ def parse_rates(text: str) -> dict:
 
 
 def report(record: dict, updates_per_minute: dict, picture: str):
-    print("\n" + sweep_table(record) + "\n\n" + race_table(record, updates_per_minute))
+    print("\n" + sweep_table(record, updates_per_minute) + "\n\n"
+          + race_table(record, updates_per_minute))
     if record["runs"]:
         draw(record, updates_per_minute, picture)
         print(f"picture: {picture}")

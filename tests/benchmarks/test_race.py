@@ -104,8 +104,10 @@ def test_report_tables_show_the_sweep_the_chosen_runs_and_minutes(monkeypatch, t
                dev={}, test={})
     record["runs"]["eole/w400_p0.001"]["milestones"]["1000"] = {"dev_bleu": 24.0,
                                                                "test_bleu": 30.5}
-    sweep = race_report.sweep_table(record)
+    sweep = race_report.sweep_table(record, {"eole": 40.0})
     assert "eole" in sweep and sweep.count("*") == 1
+    # two schedules to the choice at 500 updates: 1,000 updates, 25 min at 40 a minute
+    assert "2 schedule(s) x 500 updates = 25 min at 40 updates/min" in sweep
     chosen_line = next(line for line in sweep.splitlines() if line.rstrip().endswith("*"))
     assert "4.0e-04" not in chosen_line and "1.0e-03" in chosen_line
     table = race_report.race_table(record, {"eole": 40.0})
