@@ -1,13 +1,30 @@
-"""What every t2t_lite program shares: a quiet TensorFlow start, the run flags, and errors that
-end the program with one clear line instead of a traceback."""
+"""What every t2t_lite program shares: the CPU kernels and a quiet TensorFlow start, the run
+flags, and errors that end the program with one clear line instead of a traceback."""
 import contextlib
 import os
 import sys
 
-from t2t_lite import cpu_kernels
+from t2t_lite import kernel_choice
+
+# The trainer measures which CPU kernels pay when nothing is cached for this CPU and TensorFlow
+# (about 30 s, once); the other programs take the cached choice or today's default: only its
+# oneDNN part matters to them, and they run too briefly to pay for a measurement.
+MEASURING_PROGRAMS = ("t2t_lite.bin.trainer", "t2t_lite-trainer")
+
+
+def _program() -> str:
+    """The program being run: its module under `python -m`, else its script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name if spec is not None else os.path.basename(sys.argv[0] if sys.argv else "")
+
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-cpu_kernels.prefer_onednn()  # before TensorFlow loads
+try:  # before TensorFlow loads: it reads TF_ENABLE_ONEDNN_OPTS once
+    kernel_choice.apply(kernel_choice.setting_from_argv(sys.argv),
+                        may_measure=_program() in MEASURING_PROGRAMS, announce=False)
+except kernel_choice.SettingError as _error:
+    print(f"error: {_error}", file=sys.stderr)
+    sys.exit(2)
 
 
 @contextlib.contextmanager
@@ -49,7 +66,9 @@ def define_problem_flags():
 def define_model_flags():
     flags.DEFINE_string("model", "transformer", "Registered model name.")
     flags.DEFINE_string("hparams_set", None, "Registered hparams set, e.g. transformer_base.")
-    flags.DEFINE_string("hparams", "", 'Overrides, e.g. "num_hidden_layers=2,batch_size=1024".')
+    flags.DEFINE_string("hparams", "", 'Overrides, e.g. "num_hidden_layers=2,batch_size=1024"; '
+                        'for the decoder and exporter, over the hparams.json of --output_dir '
+                        '(mixed_precision=bfloat16 decodes or exports in bfloat16).')
     flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
 
 
@@ -78,9 +97,30 @@ def define_thread_flags():
 
 
 def set_threads_from_flags():
-    """Sizes the thread pools; must run before TensorFlow executes any operation."""
+    """Sizes the thread pools; must run before TensorFlow executes any operation. Without
+    --inter_op_parallelism_threads, inter_op is the CPU kernels' choice (kernel_choice)."""
+    inter_op = FLAGS.inter_op_parallelism_threads
+    if not FLAGS["inter_op_parallelism_threads"].present and kernel_choice.applied():
+        inter_op = kernel_choice.applied().choice.inter_op_threads
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_parallelism_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
+def define_cpu_kernels_flag():
+    """--cpu_kernels, read from the command line before TensorFlow loads (kernel_choice)."""
+    flags.DEFINE_string(
+        "cpu_kernels", None,
+        "Which CPU kernels train: auto (the default: measured once for this CPU model and "
+        "TensorFlow version, about 30 s, and cached), measure (again), cached (never measure), "
+        "default (oneDNN on x86-64, the BLAS weight gradients, inter_op 0), or onednn or eigen "
+        "with, joined by +, blas and inter_op1 (e.g. onednn+blas). The environment variable "
+        f"{kernel_choice.SETTING_VARIABLE} sets it for every program; TF_ENABLE_ONEDNN_OPTS, "
+        "T2T_LITE_BLAS and --inter_op_parallelism_threads win over it.")
+    flags.register_validator(
+        "cpu_kernels", lambda value: value is None or value == kernel_choice.setting_from_argv(
+            sys.argv),
+        message="--cpu_kernels acts before TensorFlow loads: give it on the command line, not "
+                "in a --flagfile")
 
 
 def hparams_from_flags():
@@ -95,9 +135,14 @@ def trained_run_from_flags():
     problem = FLAGS.problem or run.get("problem")
     if not problem:
         raise FlagError("--problem is required (no hparams.json in --output_dir)")
-    hparams = hparams_from_flags() if FLAGS.hparams_set else run.get("hparams")
-    if hparams is None:
-        raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
+    if FLAGS.hparams_set:
+        hparams = hparams_from_flags()
+    else:
+        hparams = run.get("hparams")
+        if hparams is None:
+            raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
+        if FLAGS.hparams:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
+            hparams = hparams.override_from_string(FLAGS.hparams)
     return problem, run.get("model", FLAGS.model), hparams
 
 
@@ -135,6 +180,8 @@ def run_main(main):
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()
+        if kernel_choice.applied():
+            logging.info("%s", kernel_choice.applied().line())
         try:
             return main(argv)
         except UserError as error:

@@ -12,6 +12,7 @@ from t2t_lite.training import distribution, trainer
 common.define_problem_flags()
 common.define_model_flags()
 common.define_thread_flags()
+common.define_cpu_kernels_flag()
 _DEFAULTS = trainer.RunConfig()
 flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.",
                      lower_bound=1)

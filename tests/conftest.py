@@ -8,6 +8,8 @@ import pytest
 from t2t_lite import cpu_kernels
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Today's default kernels, never a measurement inside a test (the tests of the choice set it)
+os.environ.setdefault("T2T_LITE_CPU_KERNELS", "default")
 cpu_kernels.prefer_onednn()  # the kernels the programs run with
 
 

@@ -28,9 +28,9 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import atomic_files
+from t2t_lite.kernel_choice import CACHE_VARIABLE, cache_folder  # noqa: F401 (one cache folder)
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
-CACHE_VARIABLE = "T2T_LITE_CACHE"  # the folder of built libraries (default ~/.cache/t2t_lite)
 COMPILE_TIMEOUT_S = 600
 
 
@@ -121,12 +121,6 @@ def _remember_failure(library: str, text: str) -> str:
     with atomic_files.atomic_write(log, owner=str(os.getpid())) as handle:
         handle.write(text)
     return f"its output: {log}"
-
-
-def cache_folder() -> str:
-    """$T2T_LITE_CACHE, else t2t_lite under $XDG_CACHE_HOME or ~/.cache."""
-    return os.environ.get(CACHE_VARIABLE) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "t2t_lite")
 
 
 def _first_error(stderr: str) -> str:

@@ -15,6 +15,9 @@ its weight gradients through `matmul`, which runs the op of `library.py` when:
   the fused output layer's products, in float32 there too, still use the op);
 - TensorFlow sees no GPU or TPU (the op runs on the CPU only);
 - the environment variable T2T_LITE_BLAS is not 0;
+- the CPU kernels applied in this process (`t2t_lite.kernel_choice.apply`, which the programs
+  call) include it: it is measured against TensorFlow's kernels on each CPU model, since it
+  pays on some (Zen 3) and not on others. A library user who does not call `apply` has it on;
 - the op library builds and loads (`library.load`).
 
 Otherwise, and always outside `allowed()`, `matmul` is `tf.matmul`. The op has no gradient of
@@ -27,6 +30,7 @@ import os
 
 import tensorflow as tf
 
+from t2t_lite import kernel_choice
 from t2t_lite.blas import library
 
 SWITCH_VARIABLE = "T2T_LITE_BLAS"
@@ -53,8 +57,12 @@ def in_use(*operands) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """The BLAS op can be used in this process: turned on, no accelerator, library loaded."""
+    """The BLAS op can be used in this process: turned on, chosen (kernel_choice), no
+    accelerator, library loaded."""
     if os.environ.get(SWITCH_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    chosen = kernel_choice.applied()
+    if chosen is not None and not chosen.choice.blas_weight_gradients:
         return False
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
         return False

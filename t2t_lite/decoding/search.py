@@ -17,6 +17,11 @@ Two ways to run, with the same outputs (tests/decoding/test_search.py):
   longest output from the start and each step writes its position with a mask, reading and
   writing the whole buffer; every row stays until the whole batch is done.
 
+Under hparams.mixed_precision=bfloat16 (or float16) the model computes in that dtype, and the
+caches hold its keys and values in it (they come out of its matmuls so: float32 copies would
+only double what each step reads); the logits, log probabilities, scores and length penalty
+are float32 (`_float32`).
+
 The maximum output length of each sentence is its input length (EOS included) + `extra_length`
 (50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
 input length + extra_length], EOS included, padded with 0 after it.
@@ -93,11 +98,11 @@ class _Decoder:
             logits, cache = self.model.decode_step(decoded[:, position], position,
                                                    rows["cache"], rows["inputs_padding"],
                                                    self.fixed_shapes)
-            return logits, {**rows, "cache": cache}
+            return _float32(logits), {**rows, "cache": cache}
         beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(rows["inputs_padding"])[0], 1)
         logits = self.model.decode(decoded[:, :-1], _tile_beams(rows["encoder_output"], beams),
                                    _tile_beams(rows["inputs_padding"], beams), training=False)
-        return logits[:, position, :], rows
+        return _float32(logits[:, position, :]), rows
 
     def shape_invariants(self, rows):
         """The shapes of `rows` (the loop's first) as the search loop may change them: the
@@ -154,6 +159,14 @@ class _Decoder:
             {**layer, "self_attention": tf.nest.map_structure(function,
                                                               layer["self_attention"])}
             for layer in rows["cache"]]}
+
+
+def _float32(logits):
+    """The search's log-softmax, scores and length penalty in float32 whatever the model
+    computes in (the Transformer's logits already are float32: a no-op then), as Keras' mixed
+    precision guide keeps a model's final softmax in float32: half-precision scores summed
+    over 50 steps would decide between beams by their rounding."""
+    return tf.cast(logits, tf.float32)
 
 
 def _encode(model, inputs, extra_length):

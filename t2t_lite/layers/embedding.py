@@ -24,6 +24,8 @@ class TokenEmbedding(keras.layers.Layer):
     Args:
         vocab_size: number of token ids.
         hidden_size: d_model.
+        dtype: the dtype policy (default Keras' global one): its compute dtype is that of the
+            embeddings; the matrix is float32 under any policy.
 
     Call arguments:
         inputs: int ids [...] (forward) or float activations [..., hidden_size] (reverse).
@@ -31,7 +33,7 @@ class TokenEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, vocab_size, hidden_size, **kwargs):
-        # Variables stay float32 and are cast by hand, so the logits never go through float16.
+        # The matrix stays float32 (build), so the logits never go through half precision.
         super().__init__(autocast=False, **kwargs)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -41,12 +43,17 @@ class TokenEmbedding(keras.layers.Layer):
             name="embeddings",
             shape=(self.vocab_size, self.hidden_size),
             initializer=keras.initializers.RandomNormal(stddev=self.hidden_size**-0.5),
+            # float32 also under half-precision weights (an inference model: models/building.py)
+            # and never autocast: a mixed-policy layer called from outside any layer (as
+            # decode_step and decoder_output call it) gets its variables cast by Keras even
+            # with autocast=False, which rounded the softmax matrix to bfloat16, and cast all
+            # of it twice per decoding step.
+            dtype="float32", autocast=False,
         )
 
     def call(self, inputs, reverse=False):
         if reverse:
-            return ops.matmul(ops.cast(inputs, "float32"),
-                              ops.transpose(ops.cast(self.embeddings, "float32")))
+            return ops.matmul(ops.cast(inputs, "float32"), ops.transpose(self.embeddings))
         ids = ops.cast(inputs, "int32")
         vectors = ops.take(self.embeddings, ids, axis=0) * (self.hidden_size**0.5)
         not_pad = ops.cast(ops.not_equal(ids, PAD_ID), vectors.dtype)[..., None]

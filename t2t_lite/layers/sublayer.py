@@ -25,6 +25,16 @@ def _operations(sequence):
     return operations
 
 
+def _float32_weights(policy):
+    """`policy` with float32 variables. Keras computes a layer norm in float32 and never
+    autocasts its scale and offset, so they stay float32 also in a model whose other weights
+    are half precision (an inference model, models/building.py), computing what it computes
+    under mixed precision."""
+    if policy.variable_dtype == "float32":
+        return policy
+    return keras.dtype_policies.get(f"mixed_{policy.compute_dtype}")
+
+
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class LayerProcess(keras.layers.Layer):
     """Applies a t2t process sequence such as "n", "da" or "dan" to x.
@@ -55,7 +65,8 @@ class LayerProcess(keras.layers.Layer):
         self.norms = []
         for _ in range(self.operations.count("n")):
             norm = keras.layers.LayerNormalization(
-                epsilon=self.epsilon, dtype=self.dtype_policy, name=f"norm_{len(self.norms)}")
+                epsilon=self.epsilon, dtype=_float32_weights(self.dtype_policy),
+                name=f"norm_{len(self.norms)}")
             norm.build(input_shape)
             self.norms.append(norm)
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)

@@ -6,12 +6,22 @@ import tensorflow as tf
 from t2t_lite import registry
 
 
-def build_model(model_name: str, hparams, vocab_size: int):
+def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool = False):
     """The registered model with its variables created (by a call on a tiny batch), its layers
-    computing in hparams.mixed_precision with float32 weights."""
+    computing in hparams.mixed_precision.
+
+    For training the weights are float32 (Keras' "mixed_bfloat16" / "mixed_float16" policy:
+    float32 master weights, cast where a layer uses them). `for_inference` (the decoder, the
+    exporter) keeps them in the compute dtype itself (Keras' "bfloat16" / "float16" policy, as
+    keras-hub loads a model for inference with dtype="bfloat16"): a checkpoint's float32
+    values are then cast once, when they are restored (decoding.decoder.load_model), rather
+    than at every use, which in a search is at every step. The values computed are the same:
+    either way the embedding matrix (float32 logits: layers.embedding) and the layer norms'
+    scales and offsets (which Keras never casts: layers.sublayer) stay float32."""
     previous_policy = keras.config.dtype_policy()
     if hparams.mixed_precision != "float32":
-        keras.config.set_dtype_policy(f"mixed_{hparams.mixed_precision}")
+        prefix = "" if for_inference else "mixed_"
+        keras.config.set_dtype_policy(f"{prefix}{hparams.mixed_precision}")
     try:
         model = registry.model(model_name)(hparams, vocab_size)
         tokens = tf.ones([1, 2], tf.int32)
