@@ -73,6 +73,7 @@ import training_run  # noqa: E402  (benchmarks/training_run.py)
 from peers import peer_environment  # noqa: E402  (benchmarks/peers/peer_environment.py)
 from reporting import ONEDNN  # noqa: E402
 import t2t_lite  # noqa: E402
+from t2t_lite import kernel_choice  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 from training_run import PROBLEM  # noqa: E402
 
@@ -136,6 +137,9 @@ flags.DEFINE_boolean("kernels_compare", None, "Add the first of --modes on Tenso
                      "kernels (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
 flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes without the BLAS weight "
                      "gradients (T2T_LITE_BLAS=0, t2t_lite/blas). Default: on with --compare.")
+flags.DEFINE_boolean("bfloat16_compare", None, "Add the first of --modes with "
+                     "mixed_precision=bfloat16. Default: on with --compare where the CPU has "
+                     "AVX512_BF16 or AMX.")
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
                      "after the rounds.", lower_bound=1)
 flags.DEFINE_string("output_json", None, "Write the measurements to this JSON file.")
@@ -158,12 +162,26 @@ def contestants() -> list:
     result = [{"name": f"t2t_lite {mode}", "kind": "t2t_lite", "mode": mode,
                # the project's default kernels (oneDNN on x86-64, t2t_lite/cpu_kernels.py)
                "environment": {ONEDNN: None}, "threads": own_threads} for mode in FLAGS.modes]
-    blas_off = FLAGS.compare if FLAGS.blas_compare is None else FLAGS.blas_compare
-    if blas_off and MODES[FLAGS.modes[0]][0]:
+    bfloat16 = FLAGS.bfloat16_compare
+    if bfloat16 is None:
+        flags_present = reporting.machine()["cpu_flags"]
+        bfloat16 = FLAGS.compare and any(flags_present.get(name) for name in
+                                         ("avx512_bf16", "amx_bf16"))
+    if bfloat16:
+        result.append({"name": f"t2t_lite {FLAGS.modes[0]} bfloat16", "kind": "t2t_lite",
+                       "mode": FLAGS.modes[0], "hparams": "mixed_precision=bfloat16",
+                       "environment": {ONEDNN: None}, "threads": own_threads})
+    # the other side of the weight-gradient choice (t2t_lite/kernel_choice.py) than the one
+    # the defaults made on this CPU
+    blas_chosen = kernel_choice.applied() is None or \
+        kernel_choice.applied().choice.blas_weight_gradients
+    blas_other = FLAGS.compare if FLAGS.blas_compare is None else FLAGS.blas_compare
+    if blas_other and MODES[FLAGS.modes[0]][0]:
         print(f"--blas_compare left out: {FLAGS.modes[0]} uses XLA, which never runs the op")
-    elif blas_off:
-        result.append({"name": f"t2t_lite {FLAGS.modes[0]} no BLAS", "kind": "t2t_lite",
-                       "mode": FLAGS.modes[0], "environment": {ONEDNN: None, BLAS: "0"},
+    elif blas_other:
+        result.append({"name": f"t2t_lite {FLAGS.modes[0]} {'no' if blas_chosen else 'with'} "
+                               f"BLAS", "kind": "t2t_lite", "mode": FLAGS.modes[0],
+                       "environment": {ONEDNN: None, BLAS: "0" if blas_chosen else "1"},
                        "threads": own_threads})
     kernels = FLAGS.compare if FLAGS.kernels_compare is None else FLAGS.kernels_compare
     if kernels:
@@ -216,9 +234,10 @@ def log_tail(path, lines=30) -> str:
 
 # --- One round of t2t_lite-trainer ---------------------------------------------------------------
 
-def mode_hparams(mode) -> str:
-    """--hparams of the trainer in `mode`: this run's overrides with the mode's bucketing."""
-    return ",".join(filter(None, [FLAGS.hparams, f"length_bucketing={MODES[mode][1]}"]))
+def mode_hparams(mode, extra: str = None) -> str:
+    """--hparams of the trainer in `mode`: this run's overrides with the mode's bucketing (and
+    the contestant's own, e.g. mixed_precision=bfloat16)."""
+    return ",".join(filter(None, [FLAGS.hparams, f"length_bucketing={MODES[mode][1]}", extra]))
 
 
 def run_trainer(entry, round_index, updates, parameters) -> dict:
@@ -232,7 +251,8 @@ def run_trainer(entry, round_index, updates, parameters) -> dict:
     xla = MODES[entry["mode"]][0]
     command = [sys.executable, "-m", "t2t_lite.bin.trainer", f"--problem={PROBLEM}",
                "--model=transformer", f"--hparams_set={FLAGS.hparams_set}",
-               f"--hparams={mode_hparams(entry['mode'])}", f"--data_dir={FLAGS.data_dir}",
+               f"--hparams={mode_hparams(entry['mode'], entry.get('hparams'))}",
+               f"--data_dir={FLAGS.data_dir}",
                f"--output_dir={output_dir}", f"--train_steps={train_steps}",
                f"--log_every_steps={FLAGS.window}", f"--eval_every={train_steps}",
                "--eval_steps=0", "--eval_bleu_sentences=0",
@@ -598,7 +618,9 @@ def main(unused_argv):
               "rounds": FLAGS.rounds, "matmul_runs": FLAGS.matmul_runs,
               "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
                           "inter_op": FLAGS.inter_op_parallelism_threads},
-              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()}}
+              "machine": {**reporting.machine(), "load_average_at_start": os.getloadavg()},
+              "cpu_kernels": kernel_choice.applied() and kernel_choice.applied().line()}
+    print(result["cpu_kernels"] or "CPU kernels: TensorFlow's defaults", flush=True)
 
     # What the trainer's lines leave out, from the same model and batches: the parameter
     # counts (MFU), and each update's tokens and shapes in every mode.
