@@ -24,8 +24,11 @@ INSTALL_REQUIRES = [
     "tensorboard==2.21.0",
     "importlib_resources==7.1.0",  # tensorflow-datasets imports it but declares it for Python < 3.9
     "tqdm==4.70.1",
-    "scipy-openblas32==0.3.34.481.3",  # OpenBLAS for the weight-gradient op (t2t_lite/blas)
 ]
+# OpenBLAS for the weight-gradient op (t2t_lite/blas), compiled with g++ on first use, where the
+# CPU kernel choice takes it: `pip install ".[blas]"`. Without it training uses TensorFlow's
+# kernels and compiles nothing.
+BLAS_REQUIRE = ["scipy-openblas32==0.3.34.481.3"]
 
 setuptools.setup(
     name="t2t_lite",
@@ -37,8 +40,9 @@ setuptools.setup(
     package_dir=TOP_LEVEL_FOLDERS,
     package_data={"t2t_lite.blas": ["blas_matmul.cc"]},  # compiled on first use
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
-                             "build==1.6.1", "wheel==0.48.0"]},
+    extras_require={"blas": BLAS_REQUIRE,
+                    "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
+                             "build==1.6.1", "wheel==0.48.0"] + BLAS_REQUIRE},
     entry_points={
         "console_scripts": [
             "t2t_lite-datagen=t2t_lite.bin.datagen:run",

@@ -12,6 +12,8 @@ import argparse
 import json
 import os
 
+import harness
+
 NAMES = {"t2t_lite": "t2t_lite", "opennmt_tf": "OpenNMT-tf", "eole": "eole"}
 
 
@@ -29,26 +31,24 @@ def points(entry: dict) -> list:
                   entry["milestones"].items())
 
 
+def bleu_cells(entry: dict, milestones: list) -> list:
+    return [f"{entry['milestones'][str(m)]['dev_bleu']:.2f}" if str(m) in entry["milestones"]
+            else "-" for m in milestones]
+
+
 def sweep_table(record: dict, updates_per_minute: dict = None) -> str:
-    updates_per_minute = updates_per_minute or {}
     early = [m for m in record["milestones"] if m <= record["choose_at"]]
-    header = (f"{'toolkit':<12}{'warmup':>7}{'peak':>9}{'updates':>9}"
-              + "".join(f"{'@' + str(m):>8}" for m in early) + f"{'chosen':>8}")
-    lines = [f"schedules tried: dev BLEU (greedy, first {record['dev_sentences']} dev sentences) "
-             f"at each milestone up to the choice at {record['choose_at']} updates",
-             header, "-" * len(header)]
-    for entry in record["runs"].values():
-        toolkit = entry["toolkit"]
-        reached = max((int(step) for step in entry["milestones"]), default=0)
-        choice = record.get("choices", {}).get(toolkit, {})
-        chosen = choice.get("chosen") == f"w{entry['warmup']}_p{entry['peak']:g}"
-        cells = "".join(f"{entry['milestones'][str(m)]['dev_bleu']:>8.2f}"
-                        if str(m) in entry["milestones"] else f"{'-':>8}" for m in early)
-        lines.append(f"{NAMES[toolkit]:<12}{entry['warmup']:>7}{entry['peak']:>9.1e}"
-                     f"{reached:>9}{cells}{'*' if chosen else '':>8}")
-    lines += [choice_time(record, toolkit, choice, updates_per_minute.get(toolkit))
-              for toolkit, choice in record.get("choices", {}).items()]
-    return "\n".join(lines)
+    choices = record.get("choices", {})
+    rows = [[NAMES[e["toolkit"]], str(e["warmup"]), f"{e['peak']:.1e}",
+             str(max((int(step) for step in e["milestones"]), default=0)), *bleu_cells(e, early),
+             "*" if choices.get(e["toolkit"], {}).get("chosen")
+             == f"w{e['warmup']}_p{e['peak']:g}" else ""] for e in record["runs"].values()]
+    return "\n".join([
+        f"schedules tried: dev BLEU (greedy, first {record['dev_sentences']} dev sentences) at "
+        f"each milestone up to the choice at {record['choose_at']} updates", harness.table(
+            ["toolkit", "warmup", "peak", "updates", *(f"@{m}" for m in early), "chosen"], rows),
+        *(choice_time(record, toolkit, choice, (updates_per_minute or {}).get(toolkit))
+          for toolkit, choice in choices.items())])
 
 
 def choice_time(record: dict, toolkit: str, choice: dict, rate: float = None) -> str:
@@ -65,37 +65,25 @@ def choice_time(record: dict, toolkit: str, choice: dict, rate: float = None) ->
 
 
 def race_table(record: dict, updates_per_minute: dict) -> str:
-    milestones = record["milestones"]
-    header = (f"{'toolkit':<12}{'schedule':>14}" + "".join(f"{'@' + str(m):>8}"
-                                                           for m in milestones)
-              + f"{'test':>8}{'upd/min':>9}{'minutes':>9}")
-    lines = [f"dev BLEU at equal updates (each toolkit's chosen schedule, or every schedule "
-             f"until it has chosen); test: test_2016_flickr at {milestones[-1]} updates, "
-             f"last {record['average_last']} checkpoints averaged, beam 4, alpha 0.6",
-             header, "-" * len(header)]
+    milestones, rows = record["milestones"], []
     for entry in chosen_runs(record).values():
-        toolkit = entry["toolkit"]
-        cells = "".join(f"{entry['milestones'][str(m)]['dev_bleu']:>8.2f}"
-                        if str(m) in entry["milestones"] else f"{'-':>8}" for m in milestones)
         last = entry["milestones"].get(str(milestones[-1]), {})
-        test = f"{last['test_bleu']:>8.2f}" if "test_bleu" in last else f"{'-':>8}"
-        rate = updates_per_minute.get(toolkit)
-        minutes = (f"{rate:>9.1f}{milestones[-1] / rate:>9.0f}" if rate
-                   else f"{'-':>9}{'-':>9}")
-        schedule = f"w{entry['warmup']} p{entry['peak']:g}"
-        lines.append(f"{NAMES[toolkit]:<12}{schedule:>14}{cells}{test}{minutes}")
-    lines.append("upd/min: updates per minute in the speed run; minutes: the last milestone's "
-                 "updates at that rate")
-    return "\n".join(lines)
+        rate = updates_per_minute.get(entry["toolkit"])
+        rows.append([NAMES[entry["toolkit"]], f"w{entry['warmup']} p{entry['peak']:g}",
+                     *bleu_cells(entry, milestones), harness.fmt(last.get("test_bleu"), ".2f"),
+                     harness.fmt(rate, ".1f"), harness.fmt(rate and milestones[-1] / rate, ".0f")])
+    return "\n".join([
+        f"dev BLEU at equal updates (each toolkit's chosen schedule, or every schedule until it "
+        f"has chosen); test: test_2016_flickr at {milestones[-1]} updates, last "
+        f"{record['average_last']} checkpoints averaged, beam 4, alpha 0.6", harness.table(
+            ["toolkit", "schedule", *(f"@{m}" for m in milestones), "test", "upd/min", "minutes"],
+            rows), "upd/min: updates per minute in the speed run; minutes: the last milestone's "
+        "updates at that rate"])
 
 
 def draw(record: dict, updates_per_minute: dict, path: str):
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    panels = 2 if updates_per_minute else 1
-    figure, axes = pyplot.subplots(1, panels, figsize=(6 * panels, 4.2), dpi=110, squeeze=False)
+    plot, panels = harness.pyplot(), 2 if updates_per_minute else 1
+    figure, axes = plot.subplots(1, panels, figsize=(6 * panels, 4.2), dpi=110, squeeze=False)
     for entry in chosen_runs(record).values():
         toolkit = entry["toolkit"]
         steps, bleu = zip(*points(entry)) if entry["milestones"] else ((), ())
@@ -108,17 +96,14 @@ def draw(record: dict, updates_per_minute: dict, path: str):
     if panels == 2:
         axes[0][1].set_xlabel("minutes at each toolkit's speed in one alternating run")
     for axis in axes[0]:
-        axis.set_ylabel(f"dev BLEU (greedy, {record['dev_sentences']} sentences)")
-        axis.set_xlim(left=0)
-        axis.set_ylim(bottom=0)
+        axis.set(ylabel=f"dev BLEU (greedy, {record['dev_sentences']} sentences)",
+                 xlim=(0, None), ylim=(0, None))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.suptitle(f"{record['hparams_set']} on Multi30k de-en, each toolkit at its chosen "
                     "schedule (at each of its schedules until it has chosen)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path + ".tmp", format="png")
-    pyplot.close(figure)
-    os.replace(path + ".tmp", path)
+    harness.save_figure(figure, path)
+    plot.close(figure)
 
 
 def parse_rates(text: str) -> dict:

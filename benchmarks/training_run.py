@@ -1,41 +1,31 @@
-"""What train_speed.py, profile_step.py and blas_speed.py share: their data and hparams flags, a
-fresh `transformer` trained as t2t_lite-trainer trains it (TrainingSteps) on the seeded training
-batches, the in-process clock of profile_step.py and blas_speed.py (a step is timed until its
-counts are read back), the matrix-multiply shapes of a step's dense layers (whose rates alone
-bound the step), and the model FLOPs that MFU counts.
-
-train_speed.py times every toolkit by one clock instead: the wall time between the progress
-lines of the toolkit's own training program. For t2t_lite that is t2t_lite-trainer, whose lines
-this file reads (`parse_trainer_log`) and whose batches it counts (`trainer_batches`,
-`update_tokens`), since the lines give target tokens per second but not the source tokens."""
+"""What train_speed.py and profile_step.py know of a t2t_lite training step: the seeded training
+batches, a fresh model trained as t2t_lite-trainer trains it, the in-process clock of
+profile_step.py (a step timed until its counts are read back), the trainer's progress lines
+that train_speed.py times (`parse_trainer_log`, with the tokens they leave out counted on the
+same batches: `update_tokens`), the shapes of a step's dense layers, and the model FLOPs that
+MFU counts."""
 import collections
 import datetime
 import math
-import os
 import re
-import statistics
 import time
 
 import keras
 
-from t2t_lite.bin.common import FLAGS, flags
 from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
 
-PROBLEM = "translate_multi30k_deen"
+import harness
+
 TRAINER_SEED = 1  # t2t_lite-trainer's default --seed; train_speed.py passes it explicitly
-DEFAULT_TMP_DIR = os.path.abspath(os.path.join(__file__, "../../../shared/data/multi30k"))
 
 
-def define_flags():
-    flags.DEFINE_string("data_dir", None,
-                        "Folder of the generated TFRecords (generated if absent).")
-    flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
-    flags.DEFINE_string("hparams_set", "transformer_small", "Registered hparams set.")
+def define_flags(flags):
+    harness.define_data_flags(flags)
+    flags.DEFINE_string("hparams_set", harness.HPARAMS_SET, "Registered hparams set.")
     flags.DEFINE_string("hparams", "", 'Overrides, e.g. "batch_size=2048".')
-    flags.mark_flags_as_required(["data_dir"])
 
 
 def training_steps(hparams, vocab_size: int, jit_compile: bool) -> TrainingSteps:
@@ -47,24 +37,18 @@ def training_steps(hparams, vocab_size: int, jit_compile: bool) -> TrainingSteps
                          jit_compile=jit_compile)
 
 
-def training_batches(problem, hparams):
-    """The training batches, shuffled with seed 1: every run and mode sees the same ones."""
-    return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=1)
-
-
-def trainer_batches(problem, hparams, seed: int = TRAINER_SEED):
+def trainer_batches(problem, data_dir: str, hparams, seed: int = TRAINER_SEED):
     """The training batches in the order t2t_lite-trainer --seed=`seed` trains on them: it sets
     Keras's seed (TensorFlow's global one among them) before it builds the dataset with the
     same seed, and the shuffling depends on both."""
     keras.utils.set_random_seed(seed)
-    return problem.dataset("train", FLAGS.data_dir, hparams, training=True, seed=seed)
+    return problem.dataset("train", data_dir, hparams, training=True, seed=seed)
 
 
 def update_tokens(batches, updates: int, batches_per_update: int = 1) -> list:
-    """The tokens of each of the first `updates` updates, one {"source", "target" (real, i.e.
-    non-pad, tokens with EOS, as TrainingSteps counts them), "positions" (of inputs and
-    targets, padding included), "shapes" ([rows, source length, target length] of each
-    batch)} an update."""
+    """Each of the first `updates` updates' {"source", "target" (real tokens with EOS, as
+    TrainingSteps counts them), "positions" (padding included), "shapes" ([rows, source length,
+    target length] of each batch)}."""
     result, iterator = [], iter(batches)
     for _ in range(updates):
         update = {"source": 0, "target": 0, "positions": 0, "shapes": []}
@@ -79,14 +63,10 @@ def update_tokens(batches, updates: int, batches_per_update: int = 1) -> list:
     return result
 
 
-# t2t_lite-trainer's lines on stderr, after absl's prefix (level, month and day, local time,
-# thread, file:line), e.g.
-#   I1126 15:52:13.020708 140684244073344 trainer.py:250] training transformer on
-#       translate_multi30k_deen from step 0 to 80 (7618560 parameters, 1 replicas, XLA off)
-#   I1126 15:52:41.631309 140684244073344 summaries.py:62] step 30/80  loss 8.3931  lr 3.49e-07
-#       1152 target tok/s  0.30 steps/s  3m20s left
-# (each on one line). A progress line's rates cover the updates since the previous line; the
-# first line's since the training loop began, just after the "training" line.
+# t2t_lite-trainer's lines on stderr after absl's prefix (level, month and day, local time,
+# thread, file:line): "training transformer on translate_multi30k_deen from step 0 to 80
+# (7618560 parameters, 1 replicas, XLA off)", then "step 30/80  loss 8.3931  lr 3.49e-07  1152
+# target tok/s  0.30 steps/s  3m20s left", whose rates cover the updates since the line before.
 _ABSL_PREFIX = r"^[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d\.\d+) +\d+ \S+\] "
 TRAINING_LINE = re.compile(_ABSL_PREFIX + r"training \S+ on \S+ from step (?P<step>\d+) to "
                            r"(?P<total>\d+) \((?P<parameters>\d+) parameters", re.M)
@@ -96,20 +76,11 @@ PROGRESS_LINE = re.compile(
     r"(?P<steps_per_s>[\d.]+) steps/s", re.M)
 
 
-def _absl_seconds(match, year: int) -> float:
-    """Seconds since the epoch of an absl prefix, in local time as absl writes it."""
-    clock = datetime.datetime.strptime(match["time"], "%H:%M:%S.%f")
-    return datetime.datetime(year, int(match["month"]), int(match["day"]), clock.hour,
-                             clock.minute, clock.second, clock.microsecond).timestamp()
-
-
 def parse_trainer_log(text: str, year: int) -> dict:
-    """t2t_lite-trainer's "training ..." line and progress lines in `text` (its stderr; `year`:
-    the year its first line was written, which absl's prefix leaves out): {"start": seconds of
-    the "training" line (None without one), "first_step", "parameters", "lines": [{"step",
-    "seconds", "loss", "learning_rate", "logged_target_tokens_per_s",
-    "logged_source_tokens_per_s" (None: the line has no source rate), "logged_steps_per_s"}]}.
-    Seconds are since the epoch, from the lines' timestamps."""
+    """The "training" line and progress lines of t2t_lite-trainer's `text` (`year`: that of its
+    first line): {"start" (None without a "training" line), "first_step", "parameters",
+    "lines": [{"step", "seconds", "loss", "learning_rate", "logged_target_tokens_per_s",
+    "logged_source_tokens_per_s" (or None), "logged_steps_per_s"}]}, seconds since the epoch."""
     events = sorted([(m.start(), m) for m in TRAINING_LINE.finditer(text)]
                     + [(m.start(), m) for m in PROGRESS_LINE.finditer(text)],
                     key=lambda event: event[0])
@@ -118,7 +89,9 @@ def parse_trainer_log(text: str, year: int) -> dict:
     for _, match in events:
         year += int(match["month"]) < month  # a log that runs past New Year
         month = int(match["month"])
-        seconds = _absl_seconds(match, year)
+        clock = datetime.datetime.strptime(match["time"], "%H:%M:%S.%f")
+        seconds = datetime.datetime(year, month, int(match["day"]), clock.hour, clock.minute,
+                                    clock.second, clock.microsecond).timestamp()
         if "parameters" in match.re.groupindex:
             result.update(start=seconds, first_step=int(match["step"]),
                           parameters=int(match["parameters"]), lines=[])  # the last run's
@@ -134,14 +107,11 @@ def parse_trainer_log(text: str, year: int) -> dict:
 
 
 def trainer_windows(log: dict, updates: list) -> list:
-    """The log windows of a parsed t2t_lite-trainer log (parse_trainer_log), with the tokens of
-    `updates` (update_tokens from update 1, the batches it trained on): one a progress line,
-    from the previous line (the first from the "training" line) to it: {"first_step", "step",
-    "seconds" (between the two lines' timestamps), "target_tokens", "source_tokens",
-    "positions", "new_shapes" (updates whose batch shape no earlier update had),
-    "target_tokens_per_s", "source_tokens_per_s", "steps_per_s" (all over those seconds),
-    "count_check" (the trainer's own target tokens/s over the counted one, minus 1), and the
-    line's loss, learning_rate and logged rates}."""
+    """One window a progress line of a parsed trainer log, from the line before (the first from
+    the "training" line), with the tokens of `updates` (the batches it trained on, from update
+    1): {"first_step", "step", "seconds", "target_tokens", "source_tokens", "positions",
+    "new_shapes" (updates of a batch shape no earlier one had), their rates, "count_check" (the
+    trainer's own target tokens/s over the counted one, minus 1), and the line's values}."""
     if log["start"] is None:
         raise ValueError("no \"training ... from step\" line in t2t_lite-trainer's log")
     seen, new_at = set(), []
@@ -174,37 +144,14 @@ def trainer_windows(log: dict, updates: list) -> list:
     return windows
 
 
-def kept_windows(windows: list, skip_steps: int, left_out=lambda window: False) -> list:
-    """The log windows that count (the rule of the peers' run.py): those that start after
-    `skip_steps` and hold an update, less those `left_out` (e.g. ones that compiled a shape)."""
-    return [w for w in windows if w["first_step"] > skip_steps and w["step"] >= w["first_step"]
-            and w.get("steps_per_s") and not left_out(w)]
-
-
-def throughput(windows: list, skip_steps: int, left_out=lambda window: False) -> dict:
-    """Medians over kept_windows: target and source tokens/s, steps/s, target tokens per step,
-    and how many windows ("throughput_windows"; the rates are None without any)."""
-    kept = kept_windows(windows, skip_steps, left_out)
-    if not kept:
-        return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
-                "target_tokens_per_step": None, "throughput_windows": 0}
-    median = statistics.median
-    return {"target_tokens_per_s": median(w["target_tokens_per_s"] for w in kept),
-            "source_tokens_per_s": median(w["source_tokens_per_s"] for w in kept),
-            "steps_per_s": median(w["steps_per_s"] for w in kept),
-            "target_tokens_per_step": median(w["target_tokens_per_s"] / w["steps_per_s"]
-                                             for w in kept),
-            "throughput_windows": len(kept)}
-
-
 def timed_steps(steps: TrainingSteps, batches) -> list:
     """Each step's input shape, real source and target tokens, all positions, and seconds."""
     timed = []
     for batch in batches:
         start = time.perf_counter()
         counts = {name: float(value) for name, value in steps.train_step(batch).items()}
-        seconds = time.perf_counter() - start
-        timed.append({"shape": list(batch["inputs"].shape), "seconds": seconds,
+        timed.append({"shape": list(batch["inputs"].shape),
+                      "seconds": time.perf_counter() - start,
                       "targets_real": counts["target_tokens"],
                       "inputs_real": counts["real_tokens"] - counts["target_tokens"],
                       "tensor": counts["padded_tokens"]})
@@ -213,9 +160,8 @@ def timed_steps(steps: TrainingSteps, batches) -> list:
 
 def dense_shapes(batch, hparams, vocab_size) -> collections.Counter:
     """{(m, k, n): matmuls of that shape in one forward pass}: the dense layers of a step on
-    `batch` over every padded position, as the ops compute them (the backward pass multiplies
-    the same sizes, transposed). With `output_layer_chunk_rows`, the pre-softmax projection
-    runs over the real target positions only, that many rows at a time."""
+    `batch` over every padded position (backward: the same sizes, transposed); the pre-softmax
+    projection over the real targets in chunks of `output_layer_chunk_rows` when set."""
     rows, source = batch["inputs"].shape
     source, target = rows * source, rows * batch["targets"].shape[1]
     d, f = hparams.hidden_size, hparams.filter_size
@@ -240,10 +186,10 @@ def shape_flops(shapes) -> dict:
 
 
 def parameter_counts(model, hparams, vocab_size) -> dict:
-    """The weights a token passes through, as MFU counts them (train_speed.py's docstring):
-    {"source_side": N_src (the encoder, and the key and value projections of the
-    encoder-decoder attention), "target_side": N_tgt (the rest of the decoder),
-    "softmax_d_times_v": d · V (the pre-softmax projection), "embedding", "total"}."""
+    """The weights a token passes through, as MFU counts them (benchmarks/README.md): {
+    "source_side": N_src (the encoder and the encoder-decoder attention's keys and values),
+    "target_side": N_tgt (the rest of the decoder), "softmax_d_times_v": d · V, "embedding",
+    "total"}."""
     counts = {"source_side": 0, "target_side": 0, "embedding": 0}
     for variable in model.trainable_variables:
         path = variable.path  # e.g. transformer/decoder_layer_0/self_attention/query/kernel

@@ -8,21 +8,26 @@ The paper averaged the last 5 checkpoints of the base models and the last 20 of 
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-from t2t_lite import output_paths
-from t2t_lite.output_lock import OutputLock
-from t2t_lite.storage_errors import reported_full_storage
-from t2t_lite.training import averaging
 
-flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
-flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.",
-                     lower_bound=1)
-flags.DEFINE_string("out", None, "Where to keep the average, e.g. O/averaged/model.ckpt: a "
-                    "folder that holds it and a `checkpoint` file naming it (a new average "
-                    "replaces the old one as a unit); --checkpoint_path takes this path.")
-flags.mark_flags_as_required(["output_dir", "out"])
+# The rest of the library is imported in the functions below: it loads TensorFlow, which
+# common.start loads first, once the CPU kernels are chosen.
+
+
+def define_flags():
+    flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
+    flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.",
+                         lower_bound=1)
+    flags.DEFINE_string("out", None, "Where to keep the average, e.g. O/averaged/model.ckpt: a "
+                        "folder that holds it and a `checkpoint` file naming it (a new average "
+                        "replaces the old one as a unit); --checkpoint_path takes this path.")
+    flags.mark_flags_as_required(["output_dir", "out"])
 
 
 def main(argv):
+    from t2t_lite import output_paths
+    from t2t_lite.output_lock import OutputLock
+    from t2t_lite.storage_errors import reported_full_storage
+    from t2t_lite.training import averaging
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
     output_paths.prepare_output_folder(FLAGS.out, "out")
     averaging.check_out(FLAGS.out)
@@ -38,7 +43,7 @@ def main(argv):
 
 
 def run():
-    common.run_main(main)
+    common.start(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,49 @@
-"""What every t2t_lite program shares: the CPU kernels and a quiet TensorFlow start, the run
-flags, and errors that end the program with one clear line instead of a traceback."""
+"""What every t2t_lite program shares: its start (the CPU kernels, then a quiet TensorFlow),
+the run flags, and errors that end the program with one clear line instead of a traceback.
+
+Importing this module, or a program's, changes nothing in the process: no environment
+variable, no file descriptor, no TensorFlow. A program's `run()` calls `start`, which does it
+all in the order it needs; a library user in Python chooses the same kernels with
+`t2t_lite.kernel_choice.apply()`.
+"""
 import contextlib
 import os
 import sys
 
-from t2t_lite import kernel_choice
+from absl import app, flags, logging
 
-# The trainer measures which CPU kernels pay when nothing is cached for this CPU and TensorFlow
-# (about 30 s, once); the other programs take the cached choice or today's default: only its
-# oneDNN part matters to them, and they run too briefly to pay for a measurement.
-MEASURING_PROGRAMS = ("t2t_lite.bin.trainer", "t2t_lite-trainer")
+from t2t_lite import kernel_choice, registry
+from t2t_lite.errors import FlagError, UserError
 
-
-def _program() -> str:
-    """The program being run: its module under `python -m`, else its script's name."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec.name if spec is not None else os.path.basename(sys.argv[0] if sys.argv else "")
+FLAGS = flags.FLAGS
 
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-try:  # before TensorFlow loads: it reads TF_ENABLE_ONEDNN_OPTS once
-    kernel_choice.apply(kernel_choice.setting_from_argv(sys.argv),
-                        may_measure=_program() in MEASURING_PROGRAMS, announce=False)
-except kernel_choice.SettingError as _error:
-    print(f"error: {_error}", file=sys.stderr)
-    sys.exit(2)
+def start(main, define_flags, may_measure: bool = False):
+    """Runs a program: `load_tensorflow`, then `define_flags()` (flags may take the library's
+    defaults, which load TensorFlow), then `main` through `run_main`. Only the trainer passes
+    `may_measure`: the other programs take the cached kernel choice or today's default, since
+    only its oneDNN part matters to them and they run too briefly to pay for a measurement."""
+    load_tensorflow(may_measure)
+    define_flags()
+    run_main(main)
+
+
+def load_tensorflow(may_measure: bool = False):
+    """A program's first step, before anything loads TensorFlow: its CPU kernels
+    (`kernel_choice.apply` of --cpu_kernels on the command line, else T2T_LITE_CPU_KERNELS,
+    which sets TF_ENABLE_ONEDNN_OPTS; a setting that names nothing ends the program with one
+    error line), TensorFlow's native logging quiet (TF_CPP_MIN_LOG_LEVEL=3 unless set), then
+    TensorFlow loaded with the native stderr closed (`_native_stderr_silenced`). Scripts that
+    share the programs' start (benchmarks/) call it first."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:  # before TensorFlow loads: it reads TF_ENABLE_ONEDNN_OPTS once
+        kernel_choice.apply(kernel_choice.setting_from_argv(sys.argv), may_measure=may_measure,
+                            announce=False)
+    except kernel_choice.SettingError as error:
+        exit_with_error(str(error))
+    with _native_stderr_silenced():
+        import tensorflow as tf
+        tf.config.list_physical_devices()
 
 
 @contextlib.contextmanager
@@ -43,19 +62,6 @@ def _native_stderr_silenced():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-with _native_stderr_silenced():
-    import tensorflow as tf  # noqa: E402
-    tf.config.list_physical_devices()
-
-from absl import app, flags, logging  # noqa: E402
-
-from t2t_lite import registry  # noqa: E402
-from t2t_lite.errors import FlagError, UserError  # noqa: E402
-from t2t_lite.run_description import saved_run  # noqa: E402
-
-FLAGS = flags.FLAGS
 
 
 def define_problem_flags():
@@ -99,9 +105,10 @@ def define_thread_flags():
 def set_threads_from_flags():
     """Sizes the thread pools; must run before TensorFlow executes any operation. Without
     --inter_op_parallelism_threads, inter_op is the CPU kernels' choice (kernel_choice)."""
+    import tensorflow as tf
     inter_op = FLAGS.inter_op_parallelism_threads
-    if not FLAGS["inter_op_parallelism_threads"].present and kernel_choice.applied():
-        inter_op = kernel_choice.applied().choice.inter_op_threads
+    if not FLAGS["inter_op_parallelism_threads"].present:
+        inter_op = kernel_choice.current().choice.inter_op_threads
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_parallelism_threads)
     tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
@@ -112,7 +119,8 @@ def define_cpu_kernels_flag():
         "cpu_kernels", None,
         "Which CPU kernels train: auto (the default: measured once for this CPU model and "
         "TensorFlow version, about 30 s, and cached), measure (again), cached (never measure), "
-        "default (oneDNN on x86-64, the BLAS weight gradients, inter_op 0), or onednn or eigen "
+        "default (oneDNN on x86-64, the BLAS weight gradients where the op can be built, "
+        "inter_op 0), or onednn or eigen "
         "with, joined by +, blas and inter_op1 (e.g. onednn+blas). The environment variable "
         f"{kernel_choice.SETTING_VARIABLE} sets it for every program; TF_ENABLE_ONEDNN_OPTS, "
         "T2T_LITE_BLAS and --inter_op_parallelism_threads win over it.")
@@ -131,6 +139,7 @@ def hparams_from_flags():
 def trained_run_from_flags():
     """(problem name, model name, hparams) of the model in --output_dir: from the flags when
     given, else from the hparams.json the trainer wrote there."""
+    from t2t_lite.run_description import saved_run
     run = saved_run(FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:

@@ -7,24 +7,28 @@
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
 
-common.define_problem_flags()
-flags.DEFINE_string("tmp_dir", None, "Folder for downloads and raw files.")
-flags.mark_flags_as_required(["problem", "data_dir", "tmp_dir"])
-
 # Only for problems read from the user's own files (translate_text_files).
 SPLITS_WITH_FILES = ("train", "dev", "test")
-for _split in SPLITS_WITH_FILES:
-    for _side in ("source", "target"):
-        flags.DEFINE_string(f"{_split}_{_side}", None,
-                            f"translate_text_files: the {_split} split's {_side} file, one "
-                            f"sentence a line (plain UTF-8 or .gz).")
-flags.DEFINE_string("source_language", None, "translate_text_files: the source language code.")
-flags.DEFINE_string("target_language", None, "translate_text_files: the target language code.")
-flags.DEFINE_integer("approx_vocab_size", None,
-                     "translate_text_files: the joint vocabulary's size (default 8192).")
 FILE_PROBLEM_FLAGS = ([f"{split}_{side}" for split in SPLITS_WITH_FILES
                        for side in ("source", "target")]
                       + ["source_language", "target_language", "approx_vocab_size"])
+
+
+def define_flags():
+    common.define_problem_flags()
+    flags.DEFINE_string("tmp_dir", None, "Folder for downloads and raw files.")
+    for split in SPLITS_WITH_FILES:
+        for side in ("source", "target"):
+            flags.DEFINE_string(f"{split}_{side}", None,
+                                f"translate_text_files: the {split} split's {side} file, one "
+                                f"sentence a line (plain UTF-8 or .gz).")
+    flags.DEFINE_string("source_language", None,
+                        "translate_text_files: the source language code.")
+    flags.DEFINE_string("target_language", None,
+                        "translate_text_files: the target language code.")
+    flags.DEFINE_integer("approx_vocab_size", None,
+                         "translate_text_files: the joint vocabulary's size (default 8192).")
+    flags.mark_flags_as_required(["problem", "data_dir", "tmp_dir"])
 
 
 def file_pair(split):
@@ -52,7 +56,7 @@ def main(argv):
 
 
 def run():
-    common.run_main(main)
+    common.start(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -9,25 +9,30 @@ translations (t2t_lite.visualize).
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-from t2t_lite.decoding import decoder
 
-common.define_problem_flags()
-common.define_model_flags()
-common.define_trained_model_flags()
-common.define_thread_flags()  # 0 for both: see decoder.size_thread_pools
-flags.DEFINE_string("decode_from_file", None, "Sentences to translate (default: stdin).")
-flags.DEFINE_string("decode_to_file", None, "Where to write translations (default: stdout).")
-flags.DEFINE_string("score_reference", None,
-                    "Reference translations: print exact-match accuracy and sacreBLEU.")
-flags.DEFINE_string("attention_dir", None,
-                    "Write attention heatmaps (PNG) of the first --attention_sentences "
-                    "translations here; needs --decode_from_file and --decode_to_file.")
-flags.DEFINE_integer("attention_sentences", 5, "How many sentences --attention_dir draws.",
-                     lower_bound=1)
-flags.mark_flags_as_required(["data_dir", "output_dir"])
+# The rest of the library is imported in the functions below: it loads TensorFlow, which
+# common.start loads first, once the CPU kernels are chosen.
+
+
+def define_flags():
+    common.define_problem_flags()
+    common.define_model_flags()
+    common.define_trained_model_flags()
+    common.define_thread_flags()  # 0 for both: see decoder.size_thread_pools
+    flags.DEFINE_string("decode_from_file", None, "Sentences to translate (default: stdin).")
+    flags.DEFINE_string("decode_to_file", None, "Where to write translations (default: stdout).")
+    flags.DEFINE_string("score_reference", None,
+                        "Reference translations: print exact-match accuracy and sacreBLEU.")
+    flags.DEFINE_string("attention_dir", None,
+                        "Write attention heatmaps (PNG) of the first --attention_sentences "
+                        "translations here; needs --decode_from_file and --decode_to_file.")
+    flags.DEFINE_integer("attention_sentences", 5, "How many sentences --attention_dir draws.",
+                         lower_bound=1)
+    flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
 def main(argv):
+    from t2t_lite.decoding import decoder
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
                                "(it draws the first input lines with their translations)")
@@ -43,7 +48,7 @@ def main(argv):
 
 
 def run():
-    common.run_main(main)
+    common.start(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -10,23 +10,28 @@ The model and hparams default to those the trainer recorded in --output_dir. The
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-from t2t_lite import output_paths
-from t2t_lite.output_lock import OutputLock
-from t2t_lite.serving import export
 
-common.define_problem_flags()
-common.define_model_flags()
-common.define_trained_model_flags()
-flags.DEFINE_string("export_dir", None, "Where to write the SavedModel (for TensorFlow "
-                    "Serving, a version folder such as models/NAME/1).")
-flags.DEFINE_bool("export_jit_compile", False,
-                  "Compile the search with XLA in the SavedModel (the server must support "
-                  "XLA; off by default for portability).")
-flags.DEFINE_bool("overwrite", False, "Replace a non-empty --export_dir.")
-flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
+# The rest of the library is imported in the functions below: it loads TensorFlow, which
+# common.start loads first, once the CPU kernels are chosen.
+
+
+def define_flags():
+    common.define_problem_flags()
+    common.define_model_flags()
+    common.define_trained_model_flags()
+    flags.DEFINE_string("export_dir", None, "Where to write the SavedModel (for TensorFlow "
+                        "Serving, a version folder such as models/NAME/1).")
+    flags.DEFINE_bool("export_jit_compile", False,
+                      "Compile the search with XLA in the SavedModel (the server must support "
+                      "XLA; off by default for portability).")
+    flags.DEFINE_bool("overwrite", False, "Replace a non-empty --export_dir.")
+    flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
 
 
 def main(argv):
+    from t2t_lite import output_paths
+    from t2t_lite.output_lock import OutputLock
+    from t2t_lite.serving import export
     problem, model_name, hparams = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
     # --decode_hparams only the search's settings apply.
@@ -44,7 +49,7 @@ def main(argv):
 
 
 def run():
-    common.run_main(main)
+    common.start(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -3,53 +3,64 @@
   t2t_lite-trainer --problem=algorithmic_copy --model=transformer --hparams_set=transformer_tiny \
       --data_dir=D --output_dir=O --train_steps=1000
 """
+from t2t_lite import registry
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-from t2t_lite import registry
-from t2t_lite.decoding.dev_bleu import DevBleu
-from t2t_lite.training import distribution, trainer
 
-common.define_problem_flags()
-common.define_model_flags()
-common.define_thread_flags()
-common.define_cpu_kernels_flag()
-_DEFAULTS = trainer.RunConfig()
-flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Total optimizer updates.",
-                     lower_bound=1)
-flags.DEFINE_integer("eval_steps", _DEFAULTS.eval_steps, "Dev batches per evaluation (0: none).",
-                     lower_bound=0)
-flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Updates between evaluations.",
-                     lower_bound=1)
-flags.DEFINE_integer("save_checkpoints_steps", _DEFAULTS.save_checkpoints_steps,
-                     "Updates between checkpoints.", lower_bound=1)
-flags.DEFINE_integer("keep_checkpoint_max", _DEFAULTS.keep_checkpoint_max,
-                     "How many recent checkpoints to keep.", lower_bound=1)
-flags.DEFINE_integer("log_every_steps", _DEFAULTS.log_every_steps,
-                     "Updates between progress lines and TensorBoard points.",
-                     lower_bound=1)
-flags.DEFINE_boolean("jit_compile", _DEFAULTS.jit_compile,
-                     "Compile the training step with XLA (default: on GPUs and TPUs; off on a "
-                     "CPU, where it compiles every batch shape and trains no faster).")
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the weights, dropout and batch order.")
-flags.DEFINE_list("devices", list(_DEFAULTS.devices),
-                  "Devices to mirror the model over, e.g. GPU:0,GPU:1 (default: every GPU, else "
-                  "the CPU). With a TF_CONFIG naming several workers, one process per worker "
-                  "trains with MultiWorkerMirroredStrategy instead.")
-flags.DEFINE_integer("eval_bleu_sentences", 100,
-                     "Dev sentences decoded for sacreBLEU at each evaluation (0: none).",
-                     lower_bound=0)
-flags.DEFINE_boolean("allow_unverified_data", _DEFAULTS.allow_unverified_data,
-                     "Train on shards that have no datagen manifest, e.g. data written by "
-                     "other tools.")
-flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
+# The rest of the library is imported in the functions below: it loads TensorFlow, which
+# common.start loads first, once the CPU kernels are chosen.
+
+
+def define_flags():
+    """The trainer's flags, with RunConfig's defaults."""
+    from t2t_lite.training import trainer
+    defaults = trainer.RunConfig()
+    common.define_problem_flags()
+    common.define_model_flags()
+    common.define_thread_flags()
+    common.define_cpu_kernels_flag()
+    flags.DEFINE_integer("train_steps", defaults.train_steps, "Total optimizer updates.",
+                         lower_bound=1)
+    flags.DEFINE_float("train_minutes", defaults.train_minutes, "Stop after this many minutes "
+                       "of training, with a checkpoint, if --train_steps is not reached first "
+                       "(0: no limit).", lower_bound=0)
+    flags.DEFINE_integer("eval_steps", defaults.eval_steps,
+                         "Dev batches per evaluation (0: none).", lower_bound=0)
+    flags.DEFINE_integer("eval_every", defaults.eval_every, "Updates between evaluations.",
+                         lower_bound=1)
+    flags.DEFINE_integer("save_checkpoints_steps", defaults.save_checkpoints_steps,
+                         "Updates between checkpoints.", lower_bound=1)
+    flags.DEFINE_integer("keep_checkpoint_max", defaults.keep_checkpoint_max,
+                         "How many recent checkpoints to keep.", lower_bound=1)
+    flags.DEFINE_integer("log_every_steps", defaults.log_every_steps,
+                         "Updates between progress lines and TensorBoard points.",
+                         lower_bound=1)
+    flags.DEFINE_boolean("jit_compile", defaults.jit_compile,
+                         "Compile the training step with XLA (default: on GPUs and TPUs; off on "
+                         "a CPU, where it compiles every batch shape and trains no faster).")
+    flags.DEFINE_integer("seed", defaults.seed, "Seed of the weights, dropout and batch order.")
+    flags.DEFINE_list("devices", list(defaults.devices),
+                      "Devices to mirror the model over, e.g. GPU:0,GPU:1 (default: every GPU, "
+                      "else the CPU). With a TF_CONFIG naming several workers, one process per "
+                      "worker trains with MultiWorkerMirroredStrategy instead.")
+    flags.DEFINE_integer("eval_bleu_sentences", 100,
+                         "Dev sentences decoded for sacreBLEU at each evaluation (0: none).",
+                         lower_bound=0)
+    flags.DEFINE_boolean("allow_unverified_data", defaults.allow_unverified_data,
+                         "Train on shards that have no datagen manifest, e.g. data written by "
+                         "other tools.")
+    flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
 def main(argv):
+    from t2t_lite.decoding.dev_bleu import DevBleu
+    from t2t_lite.training import distribution, trainer
     # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
     common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
     config = trainer.RunConfig(
-        train_steps=FLAGS.train_steps, eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
+        train_steps=FLAGS.train_steps, train_minutes=FLAGS.train_minutes,
+        eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
         jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices),
@@ -63,7 +74,7 @@ def main(argv):
 
 
 def run():
-    common.run_main(main)
+    common.start(main, define_flags, may_measure=True)  # the one program that measures
 
 
 if __name__ == "__main__":

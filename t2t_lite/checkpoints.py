@@ -8,12 +8,19 @@ a mismatch between a checkpoint and the model easy to name.
 
 The trainer writes and resumes them; the decoder, the exporter and the averager read them.
 """
+import re
+
 import tensorflow as tf
 
 from t2t_lite import atomic_files, output_paths
 from t2t_lite.errors import UserError
 
 CHECKPOINT_NAME = "model.ckpt"
+MODEL_OBJECT = "model"  # a checkpoint's dict {Keras path: model variable}
+# TensorFlow's key of one of its values: the dict key, escaped ("." -> "..", "/" -> ".S"),
+# between these.
+MODEL_KEY_PREFIX = MODEL_OBJECT + "/"
+VALUE_KEY_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class CheckpointError(UserError, ValueError):
@@ -36,15 +43,37 @@ def model_variables(model) -> dict:
 
 
 def checkpoint_key(path: str) -> str:
-    """The key TensorFlow stores a variable of the "model" dict under ("." -> "..", "/" -> ".S")."""
-    return "model/" + path.replace(".", "..").replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+    """The key TensorFlow stores the model variable at a Keras path under: "encoder/a.b" ->
+    "model/encoder.Sa..b/.ATTRIBUTES/VARIABLE_VALUE"."""
+    return MODEL_KEY_PREFIX + path.replace(".", "..").replace("/", ".S") + VALUE_KEY_SUFFIX
+
+
+def is_model_key(key: str) -> bool:
+    """Whether a checkpoint key holds a model variable (not the optimizer's or the counter)."""
+    return key.startswith(MODEL_KEY_PREFIX) and key.endswith(VALUE_KEY_SUFFIX)
+
+
+def variable_path(key: str) -> str:
+    """The Keras path of a model variable from its checkpoint key (inverse of checkpoint_key)."""
+    escaped = key[len(MODEL_KEY_PREFIX):-len(VALUE_KEY_SUFFIX)]
+    return re.sub(r"\.([S.])", lambda match: "/" if match.group(1) == "S" else ".", escaped)
 
 
 def make_checkpoint(model, optimizer=None) -> tf.train.Checkpoint:
-    objects = {"model": model_variables(model)}
+    objects = {MODEL_OBJECT: model_variables(model)}
     if optimizer is not None:
         objects["optimizer"] = variables_by_path(optimizer.variables)
     return tf.train.Checkpoint(**objects)
+
+
+def write_model_values(values: dict, prefix: str):
+    """Writes {Keras path: array} at `prefix` as a checkpoint of model variables only, which
+    restore(prefix, model) reads."""
+    checkpoint = tf.train.Checkpoint(**{MODEL_OBJECT: {
+        path: tf.Variable(value) for path, value in values.items()}})
+    # write() leaves out the save counter, which restore expects to match.
+    checkpoint.save_counter  # noqa: B018 (creates it)
+    checkpoint.write(prefix)
 
 
 def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):

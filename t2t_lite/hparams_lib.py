@@ -12,7 +12,8 @@ from t2t_lite.errors import UserError, unknown_name_message
 from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 
 # The allowed values of the hparams below. The layers read the first two from here
-# (layers/sublayer.py, layers/timing_signal.py): imports go from hparams_lib to layers.
+# (layers/sublayer.py, layers/timing_signal.py): the layers import hparams_lib, never the
+# reverse.
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("float32", "bfloat16", "float16")
@@ -100,10 +101,7 @@ class HParams:
         if self.length_bucket_step <= 1.0:
             raise HParamsError(f"length_bucket_step must be > 1, got {self.length_bucket_step}")
         for name in ("layer_preprocess_sequence", "layer_postprocess_sequence"):
-            sequence = getattr(self, name)
-            if sequence != "none" and (not sequence or set(sequence) - set(SUBLAYER_OPERATIONS)):
-                raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
-                                   f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
+            sublayer_operations(getattr(self, name), name)
         check.one_of("timing_signal", TIMING_SIGNALS)
         check.one_of("mixed_precision", MIXED_PRECISION)
         check.one_of("length_bucketing", LENGTH_BUCKETING)
@@ -132,8 +130,14 @@ class HParams:
 
     @classmethod
     def from_dict(cls, values: dict) -> "HParams":
-        """Inverse of to_dict, also after a JSON round trip turned tuples into lists."""
-        return cls(**{name: tuple(value) if isinstance(value, list) else value
+        """Inverse of to_dict, also after a JSON round trip (a list is a tuple, an int a float).
+        An unknown name or a value of another type ("32" for an int) is an HParamsError naming
+        the key; a name `values` leaves out takes its default."""
+        types = typing.get_type_hints(cls)
+        for name in values:
+            if name not in types:
+                raise HParamsError(unknown_name_message("hparam", name, types, "Known hparams"))
+        return cls(**{name: _typed_value(f"hparam {name}", value, types[name])
                       for name, value in values.items()})
 
 
@@ -160,25 +164,51 @@ class _Checker:
         self._each([name], lambda v: v in choices, f"one of {', '.join(choices)}")
 
 
-def _parse_value(name: str, text: str, field_type):
+def sublayer_operations(sequence: str, name: str = "sequence") -> str:
+    """The operations of a layer_preprocess or layer_postprocess sequence, in order: its
+    letters of SUBLAYER_OPERATIONS, "" for "none"; HParamsError naming `name` otherwise."""
+    if sequence == "none":
+        return ""
+    if not sequence or set(sequence) - set(SUBLAYER_OPERATIONS):
+        raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
+                           f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
+    return sequence
+
+
+def _expected(field_type) -> str:
+    if typing.get_origin(field_type) is tuple:
+        return "a list of names"
+    return "bool (true or false)" if field_type is bool else field_type.__name__
+
+
+def _parsed_text(text: str, field_type):
+    """An override's text as a value of `field_type`; the text itself when it is not one."""
     if field_type is bool:
-        lowered = text.strip().lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        raise HParamsError(f"hparams override {name}={text!r}: expected bool (true or false)")
+        return {"true": True, "1": True, "yes": True, "false": False, "0": False,
+                "no": False}.get(text.strip().lower(), text)
     if field_type in (int, float):
         try:
             return field_type(text)
         except ValueError:
-            raise HParamsError(f"hparams override {name}={text!r}: expected "
-                               f"{field_type.__name__}") from None
-    if field_type is str:
-        return text.strip()
+            return text
     if typing.get_origin(field_type) is tuple:
         return tuple(part.strip() for part in text.split("*") if part.strip())
-    raise HParamsError(f"hparams override {name}: unsupported type {field_type}")
+    return text.strip()
+
+
+def _typed_value(named: str, value, field_type):
+    """`value` as the field of `field_type` holds it, or HParamsError "{named}={value!r}:
+    expected ...". The one type check of both ways in: override text after _parsed_text, and
+    JSON values (HParams.from_dict), where a tuple is a list and an int is a float too; a bool
+    is never a number."""
+    if typing.get_origin(field_type) is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            return tuple(value)
+    elif field_type is float and type(value) in (int, float):
+        return float(value)
+    elif type(value) is field_type:
+        return value
+    raise HParamsError(f"{named}={value!r}: expected {_expected(field_type)}")
 
 
 def parse_overrides(overrides: str, hparams: HParams) -> dict:
@@ -192,6 +222,7 @@ def parse_overrides(overrides: str, hparams: HParams) -> dict:
         if name not in types:
             raise HParamsError("hparams override: " + unknown_name_message(
                 "hparam", name, types, "Known hparams"))
-        changes[name] = _parse_value(name, text, types[name])
+        changes[name] = _typed_value(f"hparams override {name}",
+                                     _parsed_text(text, types[name]), types[name])
     return changes
 

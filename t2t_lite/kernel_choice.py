@@ -4,7 +4,8 @@
 Three parts (KernelChoice):
 - oneDNN or TensorFlow's own (Eigen) kernels: TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads once
   when it loads, so the choice is applied before `import tensorflow`;
-- the weight gradients x^T dy through the BLAS op (t2t_lite/blas) or TensorFlow's kernels;
+- the weight gradients x^T dy through the BLAS op (t2t_lite/blas) or TensorFlow's kernels (the
+  op only where it can be built: `pip install 't2t_lite[blas]'` and a C++ compiler);
 - inter_op threads: 0 (TensorFlow's pool, independent products at once on a core each) or 1
   (one operation at a time on every core; benchmarks/README.md, profile_step.py).
 
@@ -17,10 +18,16 @@ default (DEFAULT) whenever it is within NOISE_MARGIN of the fastest, so that noi
 choice. The result is cached as JSON per CPU (model name and AVX2 / AVX-512 / AVX512_BF16 / AMX)
 and TensorFlow version under the BLAS op's cache folder, and read without TensorFlow.
 
-Importing this module changes nothing: a program (bin/common.py) or a library user calls
-`apply()` before TensorFlow loads. The setting (`--cpu_kernels` of t2t_lite-trainer, else
-T2T_LITE_CPU_KERNELS, else "auto") is one of SETTINGS or parts joined by "+" (PARTS, e.g.
-"onednn+blas"). TF_ENABLE_ONEDNN_OPTS and T2T_LITE_BLAS set by the user win over any setting.
+Importing this module changes nothing and loads no TensorFlow. `apply()` chooses, before
+TensorFlow loads: every program calls it first (bin/common.py: only the trainer may measure),
+and a library user in Python gets the programs' kernels by calling it before importing
+TensorFlow (`kernel_choice.apply()` measures as the trainer does; `apply(may_measure=False)`
+chooses as the other programs do). The library's own paths (the BLAS op, the trainer's thread
+pools) read `current()`, which is that choice, or, when `apply` was not called, the choice
+made then as the programs other than the trainer make it, oneDNN left as TensorFlow loaded.
+The setting (`--cpu_kernels` of t2t_lite-trainer, else T2T_LITE_CPU_KERNELS, else "auto") is
+one of SETTINGS or parts joined by "+" (PARTS, e.g. "onednn+blas"). TF_ENABLE_ONEDNN_OPTS and
+T2T_LITE_BLAS set by the user win over any setting.
 """
 import argparse
 import dataclasses
@@ -32,8 +39,10 @@ import platform
 import re
 import subprocess
 import sys
+import threading
 import time
 
+from t2t_lite import atomic_files
 from t2t_lite.errors import FlagError
 
 SETTING_VARIABLE = "T2T_LITE_CPU_KERNELS"
@@ -42,14 +51,15 @@ BLAS_VARIABLE = "T2T_LITE_BLAS"  # 0 turns the BLAS op off (t2t_lite/blas/matmul
 CACHE_VARIABLE = "T2T_LITE_CACHE"  # the cache folder (default ~/.cache/t2t_lite)
 NOISE_MARGIN = 0.03  # a candidate must be this much faster to move away from today's default
 MEASURE_SECONDS = 30  # what the announcement promises (2 cores, transformer_small's products)
-CHILD_TIMEOUT_S = 300  # per subprocess; the first may compile the BLAS op
+CHILD_TIMEOUT_S = 900  # per subprocess; the first may compile the BLAS op (at most 600 s)
 
 AUTO, MEASURE, DEFAULT_SETTING, CACHED = "auto", "measure", "default", "cached"
 SETTINGS = {
     AUTO: "the choice cached for this CPU and TensorFlow, measured first if there is none "
           "(t2t_lite-trainer; the other programs take today's default then)",
     MEASURE: "measure again and cache the result",
-    DEFAULT_SETTING: "today's default: oneDNN on x86-64, the BLAS weight gradients, inter_op 0",
+    DEFAULT_SETTING: "today's default: oneDNN on x86-64, the BLAS weight gradients (where the op "
+                     "can be built), inter_op 0",
     CACHED: "the cached choice, else today's default; never measures",
 }
 PARTS = ("onednn", "eigen", "blas", "inter_op1")  # an explicit choice, e.g. "eigen+blas"
@@ -212,22 +222,14 @@ def read_cached(path: str):
 
 
 def write_cached(path: str, record: dict):
-    """Writes `record` (its choice and timings as JSON) whole or not at all: under a temporary
-    name of this process beside `path`, renamed when complete, as atomic_files names it (that
-    module needs TensorFlow, which must not load before oneDNN is chosen)."""
+    """Writes `record` (its choice and timings as JSON) whole or not at all, under a temporary
+    name of this process (atomic_files, without TensorFlow, which must not load before oneDNN
+    is chosen)."""
     record = dict(record, choice=dataclasses.asdict(record["choice"]))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    folder, name = os.path.split(path)
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.incomplete")
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
-            handle.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    with atomic_files.local_atomic_write(path, owner=str(os.getpid())) as handle:
+        json.dump(record, handle, indent=1)
+        handle.write("\n")
 
 
 # --- Measuring ---------------------------------------------------------------------------------
@@ -263,38 +265,69 @@ class MeasurementError(Exception):
     """A measuring subprocess failed; the message says how."""
 
 
-def _run_child(onednn: bool, inter_op_threads: int, products, repeats: int) -> dict:
+def _run_child(onednn: bool, inter_op_threads: int, products, repeats: int,
+               blas: bool) -> dict:
     """One measuring subprocess under the oneDNN setting: its JSON ({"onednn": as TensorFlow
-    reports it, "seconds": {"tensorflow": s, "blas": s or None}})."""
+    reports it, "seconds": {"tensorflow": s, "blas": s or None}}). `blas`: the op is timed too
+    (built first if the cache lacks it). The BLAS op's console lines (its build announced, or
+    why it is unavailable) are passed on as the subprocess prints them; the rest of its stderr
+    is kept for the error message."""
+    from t2t_lite.blas import library
     environment = dict(os.environ, **{ONEDNN_VARIABLE: "1" if onednn else "0",
                                       "TF_CPP_MIN_LOG_LEVEL": "3"})
     environment.pop(SETTING_VARIABLE, None)
     command = [sys.executable, "-m", "t2t_lite.kernel_choice", "--measure",
                f"--inter_op_threads={inter_op_threads}", f"--repeats={repeats}",
+               f"--blas={int(blas)}",
                "--products=" + json.dumps([dataclasses.asdict(p) for p in products])]
-    try:
-        result = subprocess.run(command, env=environment, capture_output=True, text=True,
-                                timeout=CHILD_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as error:
-        raise MeasurementError(f"a measurement ran longer than {CHILD_TIMEOUT_S} s") from error
-    lines = result.stdout.strip().splitlines()
-    if result.returncode or not lines:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise MeasurementError(f"the measuring process failed (status {result.returncode}): "
+    timed_out, errors = threading.Event(), []
+    with subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        def stop():
+            timed_out.set()
+            process.kill()
+        timer = threading.Timer(CHILD_TIMEOUT_S, stop)
+        timer.start()
+        try:
+            for line in process.stderr:  # its one line of JSON waits in stdout's pipe
+                for start in (library.COMPILING, library.UNAVAILABLE):
+                    if start in line:
+                        print(line[line.index(start):].rstrip(), file=sys.stderr, flush=True)
+                errors.append(line)
+            output = process.stdout.read()
+            process.wait()
+        finally:
+            timer.cancel()
+    if timed_out.is_set():
+        raise MeasurementError(f"a measurement ran longer than {CHILD_TIMEOUT_S} s")
+    lines = output.strip().splitlines()
+    if process.returncode or not lines:
+        last = ("".join(errors).strip().splitlines() or ["no output"])[-1]
+        raise MeasurementError(f"the measuring process failed (status {process.returncode}): "
                                f"{last}")
     return json.loads(lines[-1])
+
+
+def blas_missing():
+    """Why the BLAS op cannot be built here (t2t_lite.blas.library.missing), or None."""
+    from t2t_lite.blas import library
+    return library.missing()
 
 
 def measure(products=None, repeats: int = 2, run=_run_child) -> dict:
     """{KernelChoice: seconds of the step's products under it}: oneDNN on and off (on x86-64;
     elsewhere TensorFlow's kernels only) at inter_op 0, each with and without the BLAS op where
-    it loads; then inter_op 1 under the better oneDNN setting. `run` is _run_child (tests inject
+    it can be built and loads (tried until a subprocess finds that it does not, which says
+    why); then inter_op 1 under the better oneDNN setting. `run` is _run_child (tests inject
     timings through it)."""
     products = products or STEP_PRODUCTS
     timings = {}
+    try_blas = blas_missing() is None
 
     def add(onednn, inter_op_threads):
-        result = run(onednn, inter_op_threads, products, repeats)
+        nonlocal try_blas
+        result = run(onednn, inter_op_threads, products, repeats, try_blas)
+        try_blas = try_blas and result["seconds"].get("blas") is not None
         if result["onednn"] != onednn:  # this TensorFlow cannot switch oneDNN here
             return
         for blas, seconds in ((False, result["seconds"]["tensorflow"]),
@@ -311,9 +344,10 @@ def measure(products=None, repeats: int = 2, run=_run_child) -> dict:
 def measure_and_cache(path: str, products=None, repeats: int = 2, run=_run_child) -> dict:
     """Announces the measurement on the console, measures, chooses and caches; returns the
     record written."""
-    host = machine()
-    print(f"measuring which CPU kernels pay on {host['cpu']}, TensorFlow {host['tensorflow']}: "
-          f"about {MEASURE_SECONDS} s, once; cached in {path}; --cpu_kernels=default (or "
+    host, missing = machine(), blas_missing()
+    print(f"measuring which CPU kernels pay on {host['cpu']}, TensorFlow {host['tensorflow']}"
+          + (f" (not the BLAS op: {missing})" if missing else "")
+          + f": about {MEASURE_SECONDS} s, once; cached in {path}; --cpu_kernels=default (or "
           f"{SETTING_VARIABLE}=default) skips this", file=sys.stderr, flush=True)
     start = time.monotonic()
     timings = measure(products, repeats, run)
@@ -328,13 +362,14 @@ def measure_and_cache(path: str, products=None, repeats: int = 2, run=_run_child
     return record
 
 
-def _time_products(products, repeats: int) -> dict:
+def _time_products(products, repeats: int, blas: bool = True) -> dict:
     """In the measuring subprocess: {"tensorflow": s, "blas": s or None}, the seconds of the
     products' forward and backward passes weighted by their counts (min over `repeats` calls
-    after one to warm up), the weight gradients by tf.matmul or by the BLAS op."""
+    after one to warm up), the weight gradients by tf.matmul or, with `blas` where it loads, by
+    the BLAS op."""
     import tensorflow as tf
     from t2t_lite.blas import library
-    op = library.load()
+    op = library.load() if blas else None
 
     def seconds(function, *operands):
         function(*operands).numpy()
@@ -389,6 +424,7 @@ def _measure_main(argv):
     parser.add_argument("--measure", action="store_true", required=True)
     parser.add_argument("--inter_op_threads", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--blas", type=int, default=1)
     parser.add_argument("--products", default=None)
     arguments = parser.parse_args(argv)
     products = ([Product(**p) for p in json.loads(arguments.products)] if arguments.products
@@ -396,7 +432,7 @@ def _measure_main(argv):
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
     tf.config.threading.set_inter_op_parallelism_threads(arguments.inter_op_threads)
-    seconds = _time_products(products, arguments.repeats)
+    seconds = _time_products(products, arguments.repeats, bool(arguments.blas))
     print(json.dumps({"onednn": bool(_pywrap_util_port.IsMklEnabled()), "seconds": seconds,
                       "inter_op_threads": arguments.inter_op_threads}))
 
@@ -418,9 +454,17 @@ _onednn_set_here = None  # the TF_ENABLE_ONEDNN_OPTS value `apply` set (not the 
 
 
 def applied():
-    """The Applied of this process, or None if `apply` was not called (a library user who did
-    not opt in: TensorFlow's own defaults and the BLAS op where it loads)."""
+    """The Applied of this process, or None if `apply` was not called."""
     return _applied
+
+
+def current() -> Applied:
+    """The CPU kernels of this process, as the library's own paths read them (the BLAS op:
+    t2t_lite/blas/matmul.py; the trainer's inter_op pool: bin/common.py): `applied()`, else
+    chosen and announced now as the programs other than the trainer choose (the setting in
+    T2T_LITE_CPU_KERNELS, else the cached measurement, else today's default; never measuring),
+    oneDNN as TensorFlow loaded if it has. Raises SettingError."""
+    return _applied or apply(may_measure=False)
 
 
 def _switch(variable: str):
@@ -474,10 +518,10 @@ def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
     before TensorFlow loads (after, oneDNN stays as TensorFlow loaded it, and the result says
     so). `setting`: SETTINGS or parts (parse_setting); None reads T2T_LITE_CPU_KERNELS, else
     "auto". `may_measure`: "auto" measures when nothing is cached (else today's default).
-    TF_ENABLE_ONEDNN_OPTS and T2T_LITE_BLAS set to 0 or 1 by the user win. The BLAS op
-    (t2t_lite/blas/matmul.available) and the trainer's thread pools read the result
-    (`applied()`; not with `onednn_only`, which sets oneDNN alone); with `announce`, its line
-    goes to stderr. Raises SettingError."""
+    TF_ENABLE_ONEDNN_OPTS and T2T_LITE_BLAS set to 0 or 1 by the user win; the BLAS op is
+    never chosen where it cannot be built (blas_missing). The BLAS op and the trainer's
+    thread pools read the result (`current()`; not with `onednn_only`, which sets oneDNN
+    alone); with `announce`, its line goes to stderr. Raises SettingError."""
     global _applied, _onednn_set_here
     parsed = parse_setting(setting if setting is not None else os.environ.get(SETTING_VARIABLE))
     choice, reason = _decide(parsed, may_measure, products, run)
@@ -488,6 +532,10 @@ def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
         if user is not None and user != getattr(choice, field):
             choice = dataclasses.replace(choice, **{field: user})
             overrides.append(f"{variable}={int(user)} set by you")
+    missing = blas_missing() if choice.blas_weight_gradients else None
+    if missing:
+        choice = dataclasses.replace(choice, blas_weight_gradients=False)
+        overrides.append(f"no BLAS op: {missing}")
     loaded = _onednn_loaded()
     if loaded is not None:
         if loaded != choice.onednn:

@@ -69,13 +69,6 @@ def _is_running(holder: dict) -> bool:
     return started is None or _process_start_ticks(pid) in (None, started)
 
 
-def _is_file(path: str) -> bool:
-    try:
-        return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
-    except tf.errors.OpError:
-        return False
-
-
 def describe(holder: dict) -> str:
     return (f"{holder.get('program', 'a t2t_lite program')} (host {holder.get('host')}, pid "
             f"{holder.get('pid')}, started {holder.get('started')})")
@@ -119,13 +112,15 @@ class OutputLock:
         """The holder the lock names, or None when there is no lock; StorageError when it
         cannot be read, OutputLockedError when it is not a holder's record (see above)."""
         try:
+            # No folder yet, or a file in its place, holds no lock (preparing the folder names
+            # the file in the way).
+            if not tf.io.gfile.isdir(output_paths.parent_folder(self.lock_path)):
+                return None
             with tf.io.gfile.GFile(self.lock_path, "r") as handle:
                 text = handle.read()
         except tf.errors.NotFoundError:
             return None
         except tf.errors.OpError as error:
-            if _is_file(output_paths.parent_folder(self.lock_path)):
-                return None  # none in a file ("Not a directory"): preparing the folder says so
             raise StorageError(f"cannot {self.purpose}: cannot read its lock {self.lock_path}: "
                                f"{output_paths.one_line(error.message)}") from None
         try:

@@ -9,6 +9,8 @@ naming the flag. Everything goes through `tf.io.gfile`, so gs:// and ram:// path
 Storage that cannot be reached (gs:// without a network, a bucket one may not read) is found out
 first, in seconds: `check_reachable` asks whether the path exists, and an answer that is an
 error, or no answer within REACH_SECONDS, is one StorageError naming the path and the cause.
+A path found reachable is not asked about again in the same process (a trainer's start checks
+its output_dir three times: the lock, the folder, the lock again).
 """
 import threading
 import uuid
@@ -20,6 +22,7 @@ from t2t_lite.storage_errors import StorageError, reported_full_storage
 
 # A gs:// stat answers in well under a second, the first with its token request in a few.
 REACH_SECONDS = 10
+_reached = set()  # the paths found reachable in this process
 
 
 def one_line(message: str) -> str:
@@ -40,6 +43,9 @@ def check_reachable(path: str, named: str, seconds: float = REACH_SECONDS):
     does not keep the program from ending with the error. (TensorFlow's GCS_* environment
     variables would shorten the waits too, but for every later request of the run, where the
     retries are wanted.)"""
+    key = path.rstrip("/") or path
+    if key in _reached:
+        return
     answer = {}
 
     def ask():
@@ -56,6 +62,7 @@ def check_reachable(path: str, named: str, seconds: float = REACH_SECONDS):
     elif "error" in answer:
         cause = one_line(answer["error"].message)
     else:
+        _reached.add(key)
         return
     raise StorageError(f"{named}: cannot reach {path}: {cause}. Check the path, the network "
                        f"and the credentials, then run the same command again")

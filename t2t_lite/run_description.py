@@ -14,13 +14,12 @@ records of earlier versions lack the hparams added since, whose defaults keep wh
 versions did.
 """
 import json
-import typing
 
 import tensorflow as tf
 
 from t2t_lite.atomic_files import atomic_write
-from t2t_lite.errors import UserError, unknown_name_message
-from t2t_lite.hparams_lib import HParams, HParamsError
+from t2t_lite.errors import UserError
+from t2t_lite.hparams_lib import HParams
 
 HPARAMS_FILE = "hparams.json"
 _NAMES = ("problem", "model")  # the keys besides "hparams"
@@ -80,35 +79,9 @@ def _parse_description(text: str) -> dict:
             raise ValueError(f"{key!r} is {description[key]!r}: expected a name")
     if not isinstance(description["hparams"], dict):
         raise ValueError(f"'hparams' is {description['hparams']!r}: expected an object")
-    return {**description, "hparams": _typed_hparams(description["hparams"])}
-
-
-def _typed_hparams(values: dict) -> HParams:
-    """HParams of the JSON values, each checked against its field's type first (HParams'
-    own checks then name a value out of range)."""
-    types = typing.get_type_hints(HParams)
-    for name, value in values.items():
-        if name not in types:
-            raise ValueError(unknown_name_message("hparam", name, types, "Known hparams"))
-        expected = _json_type_error(value, types[name])
-        if expected:
-            raise ValueError(f"hparam {name} is {value!r}: expected {expected}")
-    try:
-        return HParams.from_dict(values)
-    except HParamsError as error:
-        raise ValueError(str(error)) from None
-
-
-def _json_type_error(value, field_type) -> str:
-    """None when the JSON `value` fits an HParams field of `field_type`, else what it expects
-    (JSON has no tuples: a tuple of names is a list of strings; an int is a float too)."""
-    if typing.get_origin(field_type) is tuple:
-        fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
-        return None if fits else "a list of names"
-    if field_type is bool or isinstance(value, bool):
-        return None if type(value) is field_type else field_type.__name__
-    accepted = (int, float) if field_type is float else field_type
-    return None if isinstance(value, accepted) else field_type.__name__
+    # HParams.from_dict names an unknown key or a value of the wrong type (an HParamsError is
+    # a ValueError); HParams' own checks then name a value out of range.
+    return {**description, "hparams": HParams.from_dict(description["hparams"])}
 
 
 def differing_values(recorded: dict, problem_name: str, model_name: str, hparams) -> dict:

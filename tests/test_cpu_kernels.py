@@ -1,7 +1,7 @@
 """The programs take oneDNN (and the rest of the CPU kernels) as measured and cached for this
-CPU before TensorFlow loads, today's default (oneDNN on x86-64) when nothing is cached, and the
-user's TF_ENABLE_ONEDNN_OPTS, T2T_LITE_CPU_KERNELS and --cpu_kernels win; only the trainer
-measures."""
+CPU before TensorFlow loads (bin/common.load_tensorflow), today's default (oneDNN on x86-64)
+when nothing is cached, and the user's TF_ENABLE_ONEDNN_OPTS, T2T_LITE_CPU_KERNELS and
+--cpu_kernels win; only the trainer measures."""
 import os
 import platform
 import subprocess
@@ -13,6 +13,7 @@ from t2t_lite import kernel_choice
 from t2t_lite.kernel_choice import KernelChoice
 
 PROGRAM_START = ("from t2t_lite.bin import common\n"
+                 "common.load_tensorflow()\n"  # a program's first step
                  "from tensorflow.python.util import _pywrap_util_port\n"
                  "print(_pywrap_util_port.IsMklEnabled())\n")
 

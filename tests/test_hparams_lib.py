@@ -38,6 +38,7 @@ def test_mistyped_override_names_the_key_and_the_expected_type(override, expecte
 @pytest.mark.parametrize("override, expected", [
     ("num_heads=7", "not divisible"),
     ("layer_postprocess_sequence=dx", "layer_postprocess_sequence"),
+    ("layer_preprocess_sequence=", "layer_preprocess_sequence='': use 'none' or letters"),
     ("timing_signal=rotary", "timing_signal"),
     ("length_bucketing=both", "length_bucketing=.both.: expected one of"),
     ("learning_rate_schedule=constant*cosine", "unknown factor 'cosine'"),
@@ -74,3 +75,26 @@ def test_from_dict_inverts_to_dict_after_json():
     import json
     hparams = registry.hparams("transformer_base_v1").replace(num_hidden_layers=2)
     assert HParams.from_dict(json.loads(json.dumps(hparams.to_dict()))) == hparams
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"hidden_size": "32"}, r"^hparam hidden_size='32': expected int$"),
+    ({"hidden_size": 32.0}, r"hidden_size=32.0: expected int"),
+    ({"label_smoothing": True}, r"label_smoothing=True: expected float"),
+    ({"shared_embedding_and_softmax_weights": 1}, r"expected bool"),
+    ({"learning_rate_schedule": "constant"}, r"learning_rate_schedule='constant': expected a "
+                                             r"list of names"),
+    ({"learning_rate_schedule": ["constant", 2]}, r"expected a list of names"),
+    ({"hidden_sise": 32}, r"unknown hparam 'hidden_sise'. Did you mean 'hidden_size'"),
+])
+def test_from_dict_checks_the_names_and_the_types_of_the_values(values, expected):
+    """As an override does: the checks of both ways in are one (hparams.json, Keras configs)."""
+    with pytest.raises(HParamsError, match=expected):
+        HParams.from_dict(values)
+
+
+def test_from_dict_takes_json_numbers_and_lists():
+    hparams = HParams.from_dict({"label_smoothing": 0, "learning_rate_schedule": ["constant"]})
+    assert hparams.label_smoothing == 0.0 and isinstance(hparams.label_smoothing, float)
+    assert hparams.learning_rate_schedule == ("constant",)
+    assert hparams.hidden_size == HParams().hidden_size  # a name left out takes its default

@@ -91,18 +91,29 @@ def test_the_console_line():
 
 # --- measuring with injected timings -----------------------------------------------------------
 
-def fake_run(seconds, calls=None, onednn_works=True):
-    """A _run_child returning seconds[(onednn, inter_op)] = (tensorflow, blas) seconds."""
-    def run(onednn, inter_op_threads, products, repeats):
+def fake_run(seconds, calls=None, onednn_works=True, blas_calls=None):
+    """A _run_child returning seconds[(onednn, inter_op)] = (tensorflow, blas) seconds (blas
+    None when it was not asked for)."""
+    def run(onednn, inter_op_threads, products, repeats, blas):
         if calls is not None:
             calls.append((onednn, inter_op_threads))
-        tensorflow, blas = seconds[onednn, inter_op_threads]
+        if blas_calls is not None:
+            blas_calls.append(blas)
+        tensorflow, blas_seconds = seconds[onednn, inter_op_threads]
         return {"onednn": onednn and onednn_works,
-                "seconds": {"tensorflow": tensorflow, "blas": blas}}
+                "seconds": {"tensorflow": tensorflow, "blas": blas_seconds if blas else None}}
     return run
 
 
-def test_onednn_on_and_off_then_inter_op_1_under_the_better(monkeypatch):
+@pytest.fixture
+def blas_can_be_built(monkeypatch):
+    monkeypatch.setattr(kernel_choice, "blas_missing", lambda: None)
+
+
+NO_PACKAGE = "the scipy-openblas32 package is not installed (pip install 't2t_lite[blas]')"
+
+
+def test_onednn_on_and_off_then_inter_op_1_under_the_better(monkeypatch, blas_can_be_built):
     monkeypatch.setattr(kernel_choice, "is_x86_64", lambda: True)
     calls = []
     seconds = {(True, 0): (3.0, 2.5), (False, 0): (2.0, 2.2), (False, 1): (1.9, 2.1)}
@@ -114,15 +125,29 @@ def test_onednn_on_and_off_then_inter_op_1_under_the_better(monkeypatch):
     assert kernel_choice.choose(timings) == KernelChoice(False, False, 1)
 
 
-def test_without_the_blas_op_or_a_switchable_onednn_those_candidates_are_left_out(monkeypatch):
+def test_without_the_blas_op_or_a_switchable_onednn_those_candidates_are_left_out(
+        monkeypatch, blas_can_be_built):
     monkeypatch.setattr(kernel_choice, "is_x86_64", lambda: True)
     seconds = {(True, 0): (2.0, None), (False, 0): (2.0, None), (True, 1): (2.0, None),
                (False, 1): (2.0, None)}
-    assert set(kernel_choice.measure(run=fake_run(seconds))) == {
+    blas_calls = []
+    assert set(kernel_choice.measure(run=fake_run(seconds, blas_calls=blas_calls))) == {
         NO_BLAS, EIGEN_NO_BLAS, KernelChoice(True, False, 1)}
+    # The op did not load in the first subprocess (which said why): not tried again.
+    assert blas_calls == [True, False, False]
     # TensorFlow reports oneDNN off although asked for: only the Eigen timings count.
     timings = kernel_choice.measure(run=fake_run(seconds, onednn_works=False))
     assert set(timings) == {EIGEN_NO_BLAS, KernelChoice(False, False, 1)}
+
+
+def test_where_the_blas_op_cannot_be_built_it_is_not_measured(monkeypatch):
+    monkeypatch.setattr(kernel_choice, "is_x86_64", lambda: True)
+    monkeypatch.setattr(kernel_choice, "blas_missing", lambda: NO_PACKAGE)
+    seconds = {(True, 0): (3.0, 1.0), (False, 0): (2.0, 1.0), (False, 1): (2.1, 1.0)}
+    blas_calls = []
+    timings = kernel_choice.measure(run=fake_run(seconds, blas_calls=blas_calls))
+    assert blas_calls == [False, False, False]
+    assert not any(choice.blas_weight_gradients for choice in timings)
 
 
 def test_the_step_products_are_transformer_small_s():
@@ -146,6 +171,7 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_choice, "_onednn_set_here", None)
     monkeypatch.setattr(kernel_choice, "_onednn_loaded", lambda: None)
     monkeypatch.setattr(kernel_choice, "is_x86_64", lambda: True)
+    monkeypatch.setattr(kernel_choice, "blas_missing", lambda: None)
     return tmp_path
 
 
@@ -248,9 +274,42 @@ def test_onednn_only_records_nothing_for_the_blas_op(fresh):
     assert kernel_choice.applied() is None and os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
 
 
+def test_the_blas_op_is_never_chosen_where_it_cannot_be_built(fresh, monkeypatch, capsys):
+    monkeypatch.setattr(kernel_choice, "blas_missing", lambda: NO_PACKAGE)
+    for setting in ("default", "onednn+blas", "cached"):
+        applied = kernel_choice.apply(setting, announce=False)
+        assert applied.choice == NO_BLAS
+        assert applied.reason.endswith(f"; no BLAS op: {NO_PACKAGE}")
+    kernel_choice.write_cached(kernel_choice.cache_path(), {"choice": DEFAULT})
+    assert kernel_choice.apply("auto").choice == NO_BLAS  # measured where it could be built
+    assert f"no BLAS op: {NO_PACKAGE})" in capsys.readouterr().err  # the one console line
+    # A measurement says what it leaves out and how to have it.
+    kernel_choice.apply("measure", run=fake_run(EIGEN_WINS), announce=False)
+    assert capsys.readouterr().err.startswith(
+        f"measuring which CPU kernels pay on {kernel_choice.machine()['cpu']}, TensorFlow "
+        f"{kernel_choice.machine()['tensorflow']} (not the BLAS op: {NO_PACKAGE}): about 30 s")
+    kernel_choice.write_cached(kernel_choice.cache_path(), {"choice": DEFAULT})
+    monkeypatch.setattr(kernel_choice, "blas_missing", lambda: None)
+    assert kernel_choice.apply("auto", announce=False).choice == DEFAULT
+
+
+def test_the_library_reads_the_applied_choice_else_chooses_as_the_programs_do(fresh, capsys):
+    # Not applied: chosen now as the programs other than the trainer choose (never measuring),
+    # announced, and then kept.
+    chosen = kernel_choice.current()
+    assert chosen.choice == DEFAULT and "nothing measured yet" in chosen.reason
+    assert capsys.readouterr().err.startswith("CPU kernels: oneDNN on, weight gradients by the "
+                                              "BLAS op")
+    assert kernel_choice.current() is chosen and not capsys.readouterr().err
+    # Applied (by a program, or a library user before importing TensorFlow): that choice.
+    applied = kernel_choice.apply("eigen+inter_op1", announce=False)
+    assert kernel_choice.current() is applied and applied.choice == KernelChoice(False, False, 1)
+
+
 def test_importing_changes_nothing_and_loads_no_tensorflow():
     environment = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    program = ("import os, sys; from t2t_lite import kernel_choice, cpu_kernels; "
+    program = ("import os, sys; from t2t_lite import kernel_choice, cpu_kernels, atomic_files; "
+               "from t2t_lite.blas import library; library.missing(); "
                "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'), kernel_choice.applied(), "
                "'tensorflow' in sys.modules)")
     output = subprocess.run([sys.executable, "-c", program], env=environment,
@@ -307,6 +366,31 @@ def test_a_real_measurement_of_tiny_products_is_cached_and_announced(tmp_path, b
     assert result.returncode == 0, result.stderr
     assert "measuring" not in result.stderr and f"cached in {path}" in result.stderr
     assert result.stdout.split() == [str(record["choice"]["blas_weight_gradients"])] * 2
+
+
+def test_a_measurement_announces_the_blas_op_s_build_and_tries_it_once(tmp_path):
+    # A compiler that fails: the first measuring subprocess announces the build and then says
+    # why the op is unavailable, and the trainer's process passes both lines on as they come;
+    # the other subprocesses do not try the op again.
+    compiler = tmp_path / "failing-compiler"
+    compiler.write_text("#!/bin/sh\n"
+                        "[ \"$1\" = --version ] && { echo fake 1.0; exit 0; }\n"
+                        "echo 'blas_matmul.cc:1: error: broken' >&2\n"
+                        "exit 1\n")
+    compiler.chmod(0o755)
+    code = ("from t2t_lite import kernel_choice as k\n"
+            f"k.apply('measure', products={TINY!r})\n").replace("Product(", "k.Product(")
+    result = run_python(code, tmp_path / "cache", CXX=str(compiler))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 4, result.stderr
+    assert lines[0].startswith("measuring which CPU kernels pay on ")
+    assert lines[1].startswith("compiling the BLAS op of t2t_lite's weight gradients ")
+    assert f"with {compiler} against this TensorFlow: about 10 s" in lines[1]
+    assert lines[1].endswith("T2T_LITE_BLAS=0 or --cpu_kernels=onednn does without it")
+    assert lines[2].startswith("BLAS matmul kernels unavailable (")
+    assert "blas_matmul.cc:1: error: broken" in lines[2]
+    assert lines[3].startswith("CPU kernels: ") and "by TensorFlow's kernels" in lines[3]
 
 
 def test_the_blas_op_follows_the_applied_choice(tmp_path, blas_op):

@@ -1,14 +1,16 @@
 """The wheel installs problems/, hparams/ and bin/ under the t2t_lite namespace, and the source
-of the BLAS op, which it compiles on first use.
+of the BLAS op, which it compiles on first use where the `blas` extra brings OpenBLAS.
 
 The wheel is built from this checkout and installed with --no-deps into a fresh virtual
 environment. The environment borrows the already-installed dependencies through a path entry
 (not the host's .pth files, so the host's own t2t_lite cannot leak in).
 """
+import email
 import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
 
 import pytest
 
@@ -22,18 +24,24 @@ def run(command, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def venv_python(tmp_path_factory):
-    root = tmp_path_factory.mktemp("packaging")
+def wheel(tmp_path_factory):
+    dist = tmp_path_factory.mktemp("dist")
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(root / "dist"), REPOSITORY])
-    wheels = list((root / "dist").glob("t2t_lite-*.whl"))
+         "-w", str(dist), REPOSITORY])
+    wheels = list(dist.glob("t2t_lite-*.whl"))
     assert len(wheels) == 1
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def venv_python(wheel, tmp_path_factory):
+    root = tmp_path_factory.mktemp("packaging")
     run([sys.executable, "-m", "venv", str(root / "venv")])
     python = root / "venv" / "bin" / "python"
     site_packages = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
     with open(os.path.join(site_packages, "host_dependencies.pth"), "w") as handle:
         handle.write(sysconfig.get_paths()["purelib"] + "\n")
-    run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheels[0])])
+    run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)])
     return python
 
 
@@ -41,6 +49,19 @@ def output_lines(venv_python, script, folder, **environment):
     """The lines `script` prints when the venv's Python runs it in `folder`."""
     return run([str(venv_python), "-c", script], cwd=folder,
                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment}).splitlines()
+
+
+def test_openblas_comes_only_with_the_blas_extra(wheel):
+    """`pip install .` compiles nothing: the BLAS op's OpenBLAS is in the `blas` extra (and the
+    tests'), so without it the CPU kernel choice never takes the op."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.message_from_bytes(archive.read(name))
+    openblas = [line for line in metadata.get_all("Requires-Dist")
+                if line.startswith("scipy-openblas32")]
+    assert len(openblas) == 2 and all("; extra ==" in line for line in openblas), openblas
+    assert {line.split("extra == ")[1].strip("'\"") for line in openblas} == {"blas", "test"}
+    assert "blas" in metadata.get_all("Provides-Extra")
 
 
 def test_wheel_installs_the_namespace_and_lists_the_registry(venv_python, tmp_path):

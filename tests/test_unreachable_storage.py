@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -97,6 +98,37 @@ def test_a_question_without_answer_is_given_up(monkeypatch):
                                            r"within 0.2 s"):
         output_paths.check_reachable("gs://b", "--out=gs://b/avg", seconds=0.2)
     assert time.monotonic() - start < 2
+
+
+def test_a_folder_found_reachable_is_asked_about_once_per_process(tmp_path, monkeypatch):
+    """A trainer's start: the lock's quick refusal, the folder's preparation and taking the
+    lock each check the folder; it is asked about the first time only. An answer that was an
+    error is not kept: the next check asks again."""
+    folder = str(tmp_path / "run")
+    asked = []
+    exists = tf.io.gfile.exists
+
+    def counted(path):
+        if threading.current_thread().name.startswith("reach "):
+            asked.append(path)
+        return exists(path)
+
+    monkeypatch.setattr(tf.io.gfile, "exists", counted)
+    lock = OutputLock.of_folder(folder)
+    lock.refuse_if_held()
+    output_paths.prepare_output_folder(folder, "output_dir")
+    with lock:
+        pass
+    output_paths.check_reachable(folder + "/", "--output_dir")
+    assert asked == [folder]
+
+    later = str(tmp_path / "later")
+    monkeypatch.setattr(tf.io.gfile, "exists", failing_exists(tf.errors.UnavailableError))
+    with pytest.raises(StorageError):
+        output_paths.check_reachable(later, "--out")
+    monkeypatch.setattr(tf.io.gfile, "exists", counted)
+    output_paths.check_reachable(later, "--out")
+    assert asked == [folder, later]
 
 
 def test_a_lock_that_cannot_be_read_is_an_error_not_no_lock(tmp_path, monkeypatch):

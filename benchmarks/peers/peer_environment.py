@@ -3,17 +3,19 @@ requirements installed, and reused while they stay the same.
 
 The requirement list is written to REQUIREMENTS_MARKER in the environment once installed; a list
 that differs from it (a new pin) installs them again. When the environment must be created and
-no suitable Python exists, `ensure_environment` says so and exits with NO_PYTHON_EXIT_STATUS, so
-that callers can leave the peer out. The standard library only (peers/ctranslate2_runtime.py
-uses it without t2t_lite).
+no suitable Python exists, `ensure_environment` says so and exits with the harness's
+NO_PYTHON_EXIT_STATUS, so that callers can leave the peer out. The standard library only
+(peers/ctranslate2_runtime.py uses it without t2t_lite).
 """
 import os
 import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import harness  # noqa: E402
+
 REQUIREMENTS_MARKER = "t2t_lite-requirements.txt"
-NO_PYTHON_EXIT_STATUS = 3
 
 
 class PeerError(ValueError):
@@ -83,7 +85,7 @@ def ensure_environment(venv_dir: str, requirements: list, what: str, requested_p
                                          + " (PATH) or pyenv's versions")
             print(f"{no_python}, and none was found ({where}). Install one (e.g. `pyenv install "
                   f"{versions[0]}`) or pass --python.", file=sys.stderr)
-            sys.exit(NO_PYTHON_EXIT_STATUS)
+            sys.exit(harness.NO_PYTHON_EXIT_STATUS)
         if os.path.isdir(venv_dir) and os.listdir(venv_dir) and not os.path.exists(
                 os.path.join(venv_dir, "pyvenv.cfg")):
             raise PeerError(f"--venv_dir={venv_dir} is a folder with files but no virtual "

@@ -7,45 +7,91 @@ format in its folder.
 """
 import json
 import os
-import statistics
-import subprocess
 import time
 
-from t2t_lite.bin.common import flags, registry
+from t2t_lite.bin.common import FLAGS, flags, registry
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
 from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 
-from peer_environment import PeerError  # noqa: E402
+from peer_environment import PeerError  # noqa: E402  (it puts benchmarks/ on sys.path)
+import harness  # noqa: E402
+from harness import HPARAMS_SET, PROBLEM, fmt  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_TMP_DIR = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))
-PROBLEM = "translate_multi30k_deen"
-HPARAMS_SET = "transformer_small"
 DECODE = SearchHParams()  # t2t_lite's defaults: beam 4, alpha 0.6
 DECODE_BATCH_SIZE = decoder.TranslatorHParams().batch_size  # and 32 sentences a batch
 
 
-def define_shared_flags():
-    """The flags that every peer's run.py defines alike (each defines its others itself, and
-    adopts these as its own with `flags.adopt_module_key_flags`, so that --help lists them)."""
-    flags.DEFINE_string("data_dir", None, "t2t_lite's generated translate_multi30k_deen (its "
-                        "SentencePiece model and test text); generated from --tmp_dir if absent.")
-    flags.DEFINE_string("tmp_dir", DEFAULT_TMP_DIR, "Folder of the raw Multi30k files.")
+def define_shared_flags(venv_dir: str, pythons: str, threads: str, minutes: bool = True):
+    """The flags every peer's run.py defines alike, with its own environment's default folder,
+    its Pythons, what its thread flags set and whether it can stop after --train_minutes (each
+    defines its others itself and adopts these with `flags.adopt_module_key_flags`, so that
+    --help lists them)."""
+    harness.define_data_flags(flags, test_sentences=True)
     flags.DEFINE_string("work_dir", None, "Folder of the peer's data, configuration, model and "
                         "outputs.")
+    flags.DEFINE_string("venv_dir", venv_dir, "The toolkit's virtual environment (created when "
+                        "missing, reused when present).")
+    flags.DEFINE_string("python", None, f"Python {pythons} to create it with (default: one on "
+                        "PATH or under pyenv).")
+    flags.DEFINE_integer("train_steps", 0, "Stop after this many updates, counted from 0 also "
+                         "when continuing (0: no limit where --train_minutes is given).",
+                         lower_bound=0)
+    flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
+                       "limit)." if minutes else "Not supported: the toolkit stops only at its "
+                       "train_steps (0 is the only accepted value).", lower_bound=0)
     flags.DEFINE_integer("warmup_steps", None, "learning_rate_warmup_steps (default: "
                          "transformer_small's).")
+    flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant: the toolkit's "
+                       "noam scale (default: transformer_small's).")
+    flags.DEFINE_boolean("continue_training", False, "Train further from the latest checkpoint "
+                         "in --work_dir/model (optimizer state and update count included) "
+                         "instead of a fresh model; the schedule flags must be that model's.")
+    flags.DEFINE_integer("save_every", 100, "Updates between checkpoints.", lower_bound=1)
     flags.DEFINE_integer("average_last", 1, "Checkpoints averaged before decoding (1: the last "
-                         "one as it is).")
-    flags.DEFINE_integer("test_sentences", 0, "Decode only the first this many test sentences (0: "
-                         "all 1,000).")
+                         "one as it is).", lower_bound=1)
+    flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
+                         "0.6) and score it with sacreBLEU.")
+    flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU, one a line "
+                        "(default: the first --dev_bleu_sentences of the dev split).")
     flags.DEFINE_string("dev_bleu_reference", None, "Their English references.")
+    flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the dev BLEU when no files "
+                         "are given.", lower_bound=1)
+    flags.DEFINE_integer("log_every", 25, "Updates per log line.", lower_bound=1)
     flags.DEFINE_integer("skip_steps", 20, "Log windows that start within this many updates are "
-                         "left out of the throughput (warm-up).")
+                         "left out of the throughput (warm-up).", lower_bound=0)
+    flags.DEFINE_integer("seed", 1, "The toolkit's seed.")
+    for name, pool in (("intra_op", "threads of one operation"),
+                       ("inter_op", "operations at once")):
+        flags.DEFINE_integer(f"{name}_parallelism_threads", 0, f"{threads}'s {pool} (0: its own "
+                             "choice).", lower_bound=0)
     flags.DEFINE_string("output_json", None, "Write the results to this JSON file.")
     flags.mark_flags_as_required(["data_dir", "work_dir"])
+
+
+def run(ensure_environment, installed_versions, check_representable, train_and_score,
+        print_table, toolkit, extra: dict):
+    """A peer's run.py after its own checks: its environment (made once) and versions,
+    transformer_small with the run's schedule (refused where the toolkit cannot express it),
+    the problem's data; then `train_and_score(venv_python, hparams, problem, versions)`, the
+    table and the JSON. `toolkit(versions)` names it; `extra`: its own settings."""
+    start = time.time()
+    venv_python = ensure_environment(os.path.expanduser(FLAGS.venv_dir), FLAGS.python)
+    setup_seconds, versions = time.time() - start, installed_versions(venv_python)
+    hparams = peer_hparams(FLAGS.warmup_steps, FLAGS.learning_rate_constant)
+    check_representable(hparams)
+    problem = problem_with_data(FLAGS.data_dir, FLAGS.tmp_dir)
+    result = {"toolkit": toolkit(versions), "python": versions["python"], "versions": versions,
+              "setup_seconds": setup_seconds, "warmup_steps": hparams.learning_rate_warmup_steps,
+              "learning_rate_constant": hparams.learning_rate_constant,
+              "train_steps_limit": FLAGS.train_steps, "train_minutes_limit": FLAGS.train_minutes,
+              **extra, **{name: FLAGS[name].value for name in (
+                  "intra_op_parallelism_threads", "inter_op_parallelism_threads")}}
+    result.update(train_and_score(venv_python, hparams, problem, versions))
+    print_table(result, hparams)
+    if FLAGS.output_json:
+        harness.write_json(FLAGS.output_json, result)
 
 
 # --- The model and the data ----------------------------------------------------------------------
@@ -210,50 +256,22 @@ def write_yaml(path: str, config: dict):
 
 
 def run_logged(command: list, log_path: str, what: str, progress) -> float:
-    """Runs `command` with its output into `log_path` (written as it comes) and the lines that
-    match `progress` (a compiled pattern: the toolkit's progress lines) echoed without the
-    logger's prefix; returns its wall time. A failure names the log and shows its end."""
+    """harness.run_logged with the toolkit's progress lines (`progress`) echoed and Python's
+    output unbuffered; returns its wall time."""
     environment = dict(os.environ, PYTHONUNBUFFERED="1")
     environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.time()
-    with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, env=environment)
-        for line in process.stdout:
-            log.write(line)
-            log.flush()
-            if progress.search(line):
-                print(f"  [{what}] {line.rstrip().split('] ', 1)[-1]}", flush=True)
-        status = process.wait()
-    if status:
-        with open(log_path, encoding="utf-8") as log:
-            tail = "".join(log.readlines()[-25:])
-        raise PeerError(f"{what} failed (exit status {status}); the end of {log_path}:\n{tail}")
+    harness.run_logged(command, log_path, environment, progress, what=what)
     return time.time() - start
 
 
 def throughput(windows: list, skip_steps: int) -> dict:
-    """Medians over the log windows ({step, first_step, steps_per_s, source, target (tokens/s)})
-    that start after `skip_steps` and hold an update (None without any): a log line at or before
-    a toolkit's own warm-up (OpenNMT-tf's update 2) reports rates of 0."""
-    kept = [window for window in windows
-            if window["first_step"] > skip_steps and window["step"] >= window["first_step"]]
-    if not kept:
-        return {"target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
-                "target_tokens_per_step": None, "throughput_windows": 0}
-    median = statistics.median
-    return {"target_tokens_per_s": median(w["target"] for w in kept),
-            "source_tokens_per_s": median(w["source"] for w in kept),
-            "steps_per_s": median(w["steps_per_s"] for w in kept),
-            "target_tokens_per_step": median(w["target"] / w["steps_per_s"] for w in kept),
-            "throughput_windows": len(kept)}
+    """harness.window_medians of the peers' windows ({step, first_step, steps_per_s, source,
+    target (tokens/s)}): a line at or before a toolkit's own warm-up reports rates of 0."""
+    return harness.window_medians(windows, skip_steps, target="target", source="source")
 
 
 # --- Results -------------------------------------------------------------------------------------
-
-def fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
 
 def print_throughput_table(result: dict):
     """The results table's header and its one row: steps, time, throughput, loss and BLEU."""
@@ -265,11 +283,3 @@ def print_throughput_table(result: dict):
           f"{fmt(result['source_tokens_per_s'], '.0f'):>14}{fmt(result['steps_per_s'], '.3f'):>9}"
           f"{fmt(result.get('target_tokens_per_step'), '.0f'):>10}{result['final_loss']:>8.3f}"
           f"{result['final_loss_minus_floor']:>11.3f}{fmt(result.get('bleu'), '.2f'):>7}")
-
-
-def write_json(path: str, result: dict):
-    """The results as JSON in `path` (--output_json), if given."""
-    if path:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {path}")

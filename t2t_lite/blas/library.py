@@ -3,44 +3,71 @@
 A TensorFlow op library must be built against the installed TensorFlow's headers and ABI
 (`tf.sysconfig`), so it is compiled on first use, as TensorFlow's guide to custom ops builds
 one with g++, and kept in a cache folder under a name that hashes everything the build depends
-on (the source, TensorFlow's version and flags, the compiler, OpenBLAS). The library is written
-under a temporary name of its process and renamed when complete (`atomic_files`), so that
-processes building it at the same time (test workers, several trainers) each load a whole one.
+on (the source, TensorFlow's version and flags, the compiler, OpenBLAS). The build announces
+itself on the console before it starts (what, why, about how long, where it is kept and how
+to do without it). The library is written under a temporary name of its process and renamed
+when complete (`atomic_files`), so that processes building it at the same time (test workers,
+several trainers) each load a whole one.
 
 OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy use), whose
-symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process.
+symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process. It is
+an extra, `pip install 't2t_lite[blas]'`: without it, or without a C++ compiler, `missing()`
+says so and the CPU kernel choice never picks the op (t2t_lite/kernel_choice.py).
 
-Without a C++ compiler, or if the build or the load fails, `load()` returns None, logs why once
-per process, and t2t_lite uses TensorFlow's kernels. A build that fails, or a library that is
-built but does not load, leaves a .log file beside where the library would be (the compiler's
-output, or the loader's error): the same inputs would fail the same way, so later processes
-read it instead of compiling again, until it is deleted. A library taken from the cache that
-does not load (damaged on disk) is built again, once.
+If the build or the load fails, `load()` returns None, logs why once per process, and t2t_lite
+uses TensorFlow's kernels. A build that fails, or a library that is built but does not load,
+leaves a .log file beside where the library would be (the compiler's output, or the loader's
+error): the same inputs would fail the same way, so later processes read it instead of
+compiling again, until it is deleted. A library taken from the cache that does not load
+(damaged on disk) is built again, once.
+
+TensorFlow is imported by the functions that build and load, not by this module, so that
+`missing()` can be asked before TensorFlow loads.
 """
 import functools
 import hashlib
+import importlib.util
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 
-import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files
+from t2t_lite import atomic_files, kernel_choice
 from t2t_lite.kernel_choice import CACHE_VARIABLE, cache_folder  # noqa: F401 (one cache folder)
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
+OPENBLAS_MODULE, OPENBLAS_PACKAGE = "scipy_openblas32", "scipy-openblas32"
+INSTALL = "pip install 't2t_lite[blas]'"
+COMPILE_SECONDS = 10  # what the announcement promises (7 s measured on a busy Zen 4 EPYC)
 COMPILE_TIMEOUT_S = 600
+# The beginnings of the console lines a measuring subprocess passes on (kernel_choice).
+COMPILING = "compiling the BLAS op"
+UNAVAILABLE = "BLAS matmul kernels unavailable"
 
 
 class BuildError(Exception):
     """The op library could not be built or loaded; the message says why."""
 
 
+def missing():
+    """Why the op cannot be built here (no OpenBLAS package, no C++ compiler), or None; found
+    without building anything or loading TensorFlow."""
+    if importlib.util.find_spec(OPENBLAS_MODULE) is None:
+        return f"the {OPENBLAS_PACKAGE} package is not installed ({INSTALL})"
+    try:
+        _compiler()
+    except BuildError as error:
+        return str(error)
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def load():
     """The loaded op library (its Python module, with `t2t_lite_blas_mat_mul`), or None."""
+    import tensorflow as tf
     try:
         command, path = _command_and_path()
         if os.path.exists(path):
@@ -58,8 +85,7 @@ def load():
             raise BuildError(f"built, but it does not load: {error}; "
                              f"{_remember_failure(path, str(error))}") from error
     except (BuildError, OSError, tf.errors.OpError) as error:
-        logging.warning("BLAS matmul kernels unavailable (%s); training uses TensorFlow's "
-                        "kernels", error)
+        logging.warning("%s (%s); training uses TensorFlow's kernels", UNAVAILABLE, error)
         return None
 
 
@@ -95,7 +121,12 @@ def _build(command, path) -> str:
         raise BuildError(f"an earlier build from the same inputs failed (its output: {log}; "
                          "delete that file to try again)")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    logging.info("compiling the BLAS matmul kernels into %s (once per machine)", path)
+    skip = "onednn" if kernel_choice.is_x86_64() else "eigen"
+    print(f"{COMPILING} of t2t_lite's weight gradients (OpenBLAS, faster than TensorFlow's "
+          f"kernels on some CPUs) from {os.path.basename(SOURCE)} with {command[0]} against "
+          f"this TensorFlow: about {COMPILE_SECONDS} s, once (at most {COMPILE_TIMEOUT_S} s); "
+          f"cached in {os.path.dirname(path)}; {kernel_choice.BLAS_VARIABLE}=0 or "
+          f"--cpu_kernels={skip} does without it", file=sys.stderr, flush=True)
     # Named for this process: test workers or trainers may compile at the same time.
     with atomic_files.atomic_path(path, owner=str(os.getpid())) as temporary:
         try:
@@ -131,16 +162,24 @@ def _first_error(stderr: str) -> str:
     return (errors or lines or ["no output"])[0]
 
 
-def compile_command():
-    """(the compiler command without its output, a text of everything the build depends on)."""
-    try:
-        import scipy_openblas32 as openblas
-    except ImportError as error:
-        raise BuildError(f"the scipy-openblas32 package is missing ({error})") from error
+def _compiler() -> list:
+    """$CXX (split as a shell would), else g++ or c++; BuildError when it is not there."""
     compiler = shlex.split(os.environ.get("CXX") or "") or [
         shutil.which("g++") or shutil.which("c++") or "g++"]
     if not shutil.which(compiler[0]):
         raise BuildError(f"no C++ compiler (set CXX, or install g++): {compiler[0]}")
+    return compiler
+
+
+def compile_command():
+    """(the compiler command without its output, a text of everything the build depends on)."""
+    import tensorflow as tf
+    try:
+        import scipy_openblas32 as openblas
+    except ImportError as error:
+        raise BuildError(f"the {OPENBLAS_PACKAGE} package is not installed ({INSTALL}: "
+                         f"{error})") from error
+    compiler = _compiler()
     library_folder = openblas.get_lib_dir()
     command = (compiler + ["-O2", "-pipe", "-shared", "-fPIC", SOURCE,
                            "-I" + openblas.get_include_dir(), "-Wno-deprecated-declarations"]

@@ -14,11 +14,13 @@ its weight gradients through `matmul`, which runs the op of `library.py` when:
 - the operands are float32 (under mixed precision the dense layers keep TensorFlow's kernels;
   the fused output layer's products, in float32 there too, still use the op);
 - TensorFlow sees no GPU or TPU (the op runs on the CPU only);
-- the environment variable T2T_LITE_BLAS is not 0;
-- the CPU kernels applied in this process (`t2t_lite.kernel_choice.apply`, which the programs
-  call) include it: it is measured against TensorFlow's kernels on each CPU model, since it
-  pays on some (Zen 3) and not on others. A library user who does not call `apply` has it on;
-- the op library builds and loads (`library.load`).
+- the CPU kernels of this process include it (`t2t_lite.kernel_choice.current`: chosen by
+  `apply`, which the programs call first and a library user may call before TensorFlow loads,
+  else as the programs other than the trainer choose). It is measured against TensorFlow's
+  kernels on each CPU model, since it pays on some (Zen 3) and not on others; it is never
+  chosen without OpenBLAS (`pip install 't2t_lite[blas]'`) and a C++ compiler, nor when the
+  environment variable T2T_LITE_BLAS is 0;
+- the op library builds (announced on the console, the first time) and loads (`library.load`).
 
 Otherwise, and always outside `allowed()`, `matmul` is `tf.matmul`. The op has no gradient of
 its own: it computes gradients, it is not differentiated.
@@ -26,14 +28,13 @@ its own: it computes gradients, it is not differentiated.
 import contextlib
 import contextvars
 import functools
-import os
 
 import tensorflow as tf
 
 from t2t_lite import kernel_choice
 from t2t_lite.blas import library
 
-SWITCH_VARIABLE = "T2T_LITE_BLAS"
+SWITCH_VARIABLE = kernel_choice.BLAS_VARIABLE  # 0 turns the op off
 
 _allowed = contextvars.ContextVar("t2t_lite_blas_allowed", default=False)
 
@@ -57,14 +58,11 @@ def in_use(*operands) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """The BLAS op can be used in this process: turned on, chosen (kernel_choice), no
-    accelerator, library loaded."""
-    if os.environ.get(SWITCH_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    chosen = kernel_choice.applied()
-    if chosen is not None and not chosen.choice.blas_weight_gradients:
-        return False
+    """The BLAS op can be used in this process: no accelerator, chosen (kernel_choice),
+    library loaded."""
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        return False
+    if not kernel_choice.current().choice.blas_weight_gradients:
         return False
     return library.load() is not None
 

@@ -14,6 +14,18 @@ from t2t_lite.decoding.decoder import Translator, score
 from t2t_lite.decoding.search import SearchHParams
 
 
+def first_dev_pairs(problem, data_dir: str, count: int) -> tuple:
+    """(sources, references): the first `count` pairs of the dev split in datagen's order, as
+    text. The trainer's dev BLEU and the benchmarks' (race.py, multi30k_recipe.py) take these."""
+    encoders = problem.feature_encoders(data_dir)
+    examples = pipeline.read_examples(problem.filepattern(data_dir, DEV),
+                                      shuffle_files=False).take(count)
+    pairs = [(encoders["inputs"].decode(example["inputs"]),
+              encoders["targets"].decode(example["targets"]))
+             for example in examples.as_numpy_iterator()]
+    return [source for source, _ in pairs], [reference for _, reference in pairs]
+
+
 class DevBleu(keras.callbacks.Callback):
     """After each evaluation: greedy translations of the first `num_sentences` dev sentences,
     their sacreBLEU in the log and as `bleu` under `output_dir/eval` in TensorBoard."""
@@ -30,13 +42,8 @@ class DevBleu(keras.callbacks.Callback):
         """Reads the dev sentences and opens the summary writer once training starts, after the
         trainer has checked its inputs and locked output_dir."""
         self.encoders = self.problem.feature_encoders(self.data_dir)
-        examples = pipeline.read_examples(self.problem.filepattern(self.data_dir, DEV),
-                                          shuffle_files=False).take(self.num_sentences)
-        pairs = [(self.encoders["inputs"].decode(example["inputs"]),
-                  self.encoders["targets"].decode(example["targets"]))
-                 for example in examples.as_numpy_iterator()]
-        self.sources = [source for source, _ in pairs]
-        self.references = [reference for _, reference in pairs]
+        self.sources, self.references = first_dev_pairs(self.problem, self.data_dir,
+                                                         self.num_sentences)
         self.writer = tf.summary.create_file_writer(tf.io.gfile.join(self.output_dir, "eval"))
 
     def on_epoch_end(self, epoch, logs=None):

@@ -3,8 +3,9 @@
 The encoder runs once per batch. With `use_cache` (the default), each step runs the decoder on
 the newest token only: the encoder-decoder attention keys and values are computed once, and
 each decoder self-attention keeps the keys and values of the earlier positions in a cache
-(t2t's fast decoding). Without it, each step runs the decoder over the whole fixed size buffer
-of tokens chosen so far and reads the current position (causal masking makes the two equal).
+(t2t's fast decoding: models.transformer.DecodingCache). Without it, each step runs the decoder
+over the whole fixed size buffer of tokens chosen so far and reads the current position (causal
+masking makes the two equal).
 The searches run inside `tf.function`; the decoder, BLEU during training and the exported
 model call these same functions.
 
@@ -16,6 +17,12 @@ Two ways to run, with the same outputs (tests/decoding/test_search.py):
 - `fixed_shapes`, for XLA, which compiles fixed shapes only: the caches have room for the
   longest output from the start and each step writes its position with a mask, reading and
   writing the whole buffer; every row stays until the whole batch is done.
+`_Batch` is where the two differ.
+
+Each search loop carries one state, a NamedTuple: the step's position, the rows of the
+sentences still searched (one row per sentence: `_GreedyRows`, `_BeamRows`), beam search's
+self-attention caches (one row per beam, a sentence's beams consecutive), and the results of
+every input (written when a sentence leaves the batch, and at the end).
 
 Under hparams.mixed_precision=bfloat16 (or float16) the model computes in that dtype, and the
 caches hold its keys and values in it (they come out of its matmuls so: float32 copies would
@@ -27,13 +34,14 @@ The maximum output length of each sentence is its input length (EOS included) + 
 input length + extra_length], EOS included, padded with 0 after it.
 """
 import dataclasses
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding.block_top_k import block_top_k
-from t2t_lite.layers.attention import NEG_INF
-
+from t2t_lite.layers.attention import NEG_INF, GrowingCache
+from t2t_lite.models.transformer import DecodingCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,103 +72,6 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-class _Decoder:
-    """The model's next-token logits for the N rows still searched, with or without the cache.
-
-    What each row needs besides its tokens ("rows": the source padding, and the caches, or the
-    encoder output without them) is loop state, so that finished sentences can leave the batch.
-    The rows have one row per sentence, but for the self-attention caches, which have one per
-    decoded sequence (per beam); the model's encoder-decoder attention lets a sentence's beams
-    share its keys and values (MultiHeadAttention.attend_to_memory), and the uncached decoder
-    repeats the encoder output per beam.
-
-    fixed_shapes: the self-attention cache has room for max_length positions from the start
-    and no row leaves (XLA compiles only fixed shapes); otherwise the cache grows by one
-    position per step, so a step reads and writes only the positions decoded so far.
-    """
-
-    def __init__(self, model, encoder_output, inputs_padding, max_length, use_cache,
-                 fixed_shapes):
-        self.model = model
-        self.use_cache = use_cache
-        self.fixed_shapes = fixed_shapes
-        self.rows = {"inputs_padding": inputs_padding}
-        if use_cache:
-            self.rows["cache"] = model.initial_cache(encoder_output,
-                                                     max_length if fixed_shapes else None)
-        else:
-            self.rows["encoder_output"] = encoder_output
-
-    def logits(self, decoded, position, rows):
-        """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
-        [N, V] for the token after `position`, and the updated rows."""
-        if self.use_cache:
-            logits, cache = self.model.decode_step(decoded[:, position], position,
-                                                   rows["cache"], rows["inputs_padding"],
-                                                   self.fixed_shapes)
-            return _float32(logits), {**rows, "cache": cache}
-        beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(rows["inputs_padding"])[0], 1)
-        logits = self.model.decode(decoded[:, :-1], _tile_beams(rows["encoder_output"], beams),
-                                   _tile_beams(rows["inputs_padding"], beams), training=False)
-        return _float32(logits[:, position, :]), rows
-
-    def shape_invariants(self, rows):
-        """The shapes of `rows` (the loop's first) as the search loop may change them: the
-        number of rows and the self-attention caches' length, unless fixed_shapes."""
-        if self.fixed_shapes:
-            return tf.nest.map_structure(lambda tensor: tensor.shape, rows)
-
-        def any_rows_and_length(tensor):
-            return tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
-        shapes = tf.nest.map_structure(_any_rows, rows)
-        if self.use_cache:
-            shapes["cache"] = [
-                {**layer_shapes, "self_attention": tf.nest.map_structure(
-                    any_rows_and_length, layer["self_attention"])}
-                for layer_shapes, layer in zip(shapes["cache"], rows["cache"])]
-        return shapes
-
-    def follow(self, rows, parent_rows=None, kept=None, rows_left=None):
-        """The rows of the next step. With `parent_rows` (beam search), the self-attention
-        caches follow their sequences: row i continues row parent_rows[i] (beam search
-        reorders its beams, and leaves out those of the sentences done). With `rows_left`
-        (bool scalar), when it is true, only the sentences `kept` (those still searched) are
-        kept of the rest: of the rows with one row per sentence, and of the self-attention
-        caches too without `parent_rows` (greedy search: one row per sentence)."""
-        def gather(indices):
-            return lambda tensor: tf.gather(tensor, indices)
-
-        def reorder(tensor):
-            followed = tf.gather(tensor, parent_rows)
-            return tf.ensure_shape(followed, tensor.shape) if self.fixed_shapes else followed
-
-        reordered = parent_rows is not None and self.use_cache
-        if reordered:
-            rows = self.map_self_attention_caches(reorder, rows)
-        if rows_left is None:
-            return rows
-
-        def keep(rows):
-            if not reordered:
-                return tf.nest.map_structure(gather(kept), rows)
-            kept_rows = {name: tf.nest.map_structure(gather(kept), value)
-                         for name, value in rows.items() if name != "cache"}
-            kept_rows["cache"] = [{**layer, "encoder_decoder": tf.nest.map_structure(
-                gather(kept), layer["encoder_decoder"])} for layer in rows["cache"]]
-            return kept_rows
-        return tf.cond(rows_left, lambda: keep(rows), lambda: rows)
-
-    def map_self_attention_caches(self, function, rows):
-        """`rows` with `function` applied to each self-attention cache's tensors (the only rows
-        with a row per beam; the rest have one per sentence)."""
-        if not self.use_cache:
-            return rows
-        return {**rows, "cache": [
-            {**layer, "self_attention": tf.nest.map_structure(function,
-                                                              layer["self_attention"])}
-            for layer in rows["cache"]]}
-
-
 def _float32(logits):
     """The search's log-softmax, scores and length penalty in float32 whatever the model
     computes in (the Transformer's logits already are float32: a no-op then), as Keras' mixed
@@ -169,38 +80,192 @@ def _float32(logits):
     return tf.cast(logits, tf.float32)
 
 
+class _Source(NamedTuple):
+    """The batch of inputs, encoded once."""
+    ids: Any  # int32 [B, S], padded
+    encoder_output: Any  # [B, S, d]
+    inputs_padding: Any  # bool [B, S], True at PAD
+    limits: Any  # int32 [B]: each input's output length limit, its length + extra_length
+    max_length: Any  # the largest limit (the buffers' size): S + extra_length
+
+
 def _encode(model, inputs, extra_length):
-    """Encoder output, padding, each input's output length limit [B] (its length + extra) and
-    the largest limit (the buffers' size). Per-input limits make an output independent of the
-    other inputs in its batch and of how far the batch is padded."""
+    """The _Source of `inputs`. Per-input limits make an output independent of the other
+    inputs in its batch and of how far the batch is padded."""
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     encoder_output, inputs_padding = model.encode(inputs, training=False)
     limits = tf.reduce_sum(tf.cast(tf.logical_not(inputs_padding), tf.int32), axis=1)
     limits += extra_length
-    return inputs, encoder_output, inputs_padding, limits, tf.shape(inputs)[1] + extra_length
+    return _Source(inputs, encoder_output, inputs_padding, limits,
+                   tf.shape(inputs)[1] + extra_length)
 
 
-def _any_rows(tensor):
-    """tensor's shape with any number of rows (its leading dimension) in a search loop."""
-    return tf.TensorShape([None]).concatenate(tensor.shape[1:])
+class _SentenceInputs(NamedTuple):
+    """What the decoder reads of each sentence searched, one row per sentence: its source
+    padding and its memory, which its decoded sequences (beam search's beams) share: every
+    decoder layer's encoder-decoder keys and values (layers.attention.MemoryCache), or without
+    the cache the encoder output."""
+    inputs_padding: Any
+    memory: Any
 
 
-def _loop(decoder, not_done, step, state):
-    """tf.while_loop over `state`, whose last item is the decoder's rows. With fixed_shapes
-    every shape stays; otherwise the leading dimension (the sentences still searched) may
-    shrink."""
-    def invariant(tensor):
-        if decoder.fixed_shapes or tensor.shape.rank == 0:
-            return tensor.shape
-        return _any_rows(tensor)
-    shapes = tuple(tf.nest.map_structure(invariant, item) for item in state[:-1])
-    return tf.while_loop(not_done, step, state,
-                         shape_invariants=shapes + (decoder.shape_invariants(state[-1]),))
+class _Decoder:
+    """The model's float32 next-token logits for the sequences searched, incremental
+    (`use_cache`) or over the whole prefix.
+
+    Besides the sequences' tokens it reads two kinds of rows, which the search moves each its
+    own way: one row per sentence (_SentenceInputs) and one row per decoded sequence (the
+    self-attention caches of DecodingCache; none without the cache), a sentence's sequences
+    consecutive. Without the cache, the encoder output is repeated per sequence.
+    """
+
+    def __init__(self, model, use_cache):
+        self.model = model
+        self.use_cache = use_cache
+
+    def start(self, source, cache_length):
+        """(the sentences' _SentenceInputs, the self-attention caches of one sequence per
+        sentence before the first step: fixed-size room for `cache_length` positions, or
+        growing when it is None)."""
+        if not self.use_cache:
+            return _SentenceInputs(source.inputs_padding, source.encoder_output), []
+        cache = self.model.initial_cache(source.encoder_output, cache_length)
+        return _SentenceInputs(source.inputs_padding, cache.memory), cache.self_attention
+
+    def logits(self, decoded, position, sentences, caches):
+        """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
+        [N, V] for the token after `position`, and the caches with `position` added."""
+        if self.use_cache:
+            logits, cache = self.model.decode_step(
+                decoded[:, position], position, DecodingCache(caches, sentences.memory),
+                sentences.inputs_padding)
+            return _float32(logits), cache.self_attention
+        beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(sentences.inputs_padding)[0], 1)
+        logits = self.model.decode(decoded[:, :-1], _tile_beams(sentences.memory, beams),
+                                   _tile_beams(sentences.inputs_padding, beams), training=False)
+        return _float32(logits[:, position, :]), caches
 
 
-def _still_searched(done):
-    """Indices int32 [n] of the sentences not done, of done bool [b]."""
-    return tf.cast(tf.reshape(tf.where(tf.logical_not(done)), [-1]), tf.int32)
+class _Batch:
+    """Which rows a search step runs on: the one difference between a search for XLA
+    (`fixed_shapes`) and one without (the module docstring says why).
+
+    fixed_shapes: every sentence keeps its rows until the whole batch is done, a sentence done
+    keeping the results it had then; the self-attention caches have room for every position
+    (FixedLengthCache). Otherwise a sentence leaves the batch when it is done, its results
+    written; the caches grow by one position a step (GrowingCache).
+    """
+
+    def __init__(self, fixed_shapes):
+        self.fixed_shapes = fixed_shapes
+
+    def cache_length(self, max_length):
+        """The self-attention caches' room: max_length positions, or None (growing)."""
+        return max_length if self.fixed_shapes else None
+
+    def kept(self, done):
+        """Indices int32 [n] of the rows that go on, of done bool [b]: every row with fixed
+        shapes, else those of the sentences not done."""
+        if self.fixed_shapes:
+            return tf.range(tf.size(done))
+        return tf.cast(tf.reshape(tf.where(tf.logical_not(done)), [-1]), tf.int32)
+
+    def results_kept(self, done_before, before, after):
+        """`after`, the results of a step, but with fixed shapes those of the sentences done
+        before it (done_before [b]), which stay `before`."""
+        if not self.fixed_shapes:
+            return after  # done sentences left the batch
+
+        def kept(before, after):
+            return tf.where(tf.reshape(done_before, [-1] + [1] * (after.shape.rank - 1)),
+                            before, after)
+        return tf.nest.map_structure(kept, before, after)
+
+    def follow(self, caches, rows):
+        """The caches (a row per decoded sequence) of the next step: its row i continues row
+        rows[i] (beam search reorders its beams, and leaves out those of sentences done)."""
+        def gather(tensor):
+            followed = tf.gather(tensor, rows)
+            return tf.ensure_shape(followed, tensor.shape) if self.fixed_shapes else followed
+        return tf.nest.map_structure(gather, caches)
+
+    def leave(self, state, kept):
+        """`state` for the next step: without fixed shapes, when a sentence is done (a row of
+        state.rows is not `kept`), the results of every row are written into state.results
+        and only the rows kept go on."""
+        if self.fixed_shapes:
+            return state
+
+        def without_the_done():
+            return state._replace(rows=_gather(state.rows, kept),
+                                  results=self.written_results(state))
+        return tf.cond(tf.size(kept) < tf.size(state.rows.done), without_the_done,
+                       lambda: state)
+
+    @staticmethod
+    def written_results(state):
+        """state.results (a row per input) with those of state.rows written in."""
+        indices = state.rows.sentence[:, tf.newaxis]
+        return tf.nest.map_structure(
+            lambda results, rows: tf.tensor_scatter_nd_update(results, indices, rows),
+            state.results, state.rows.results())
+
+    def loop(self, keep_going, step, state):
+        """tf.while_loop of `step` over `state` (a NamedTuple) while `keep_going`. With fixed
+        shapes every shape stays; otherwise the number of rows may change (their leading
+        dimension), and a GrowingCache's length too."""
+        if self.fixed_shapes:
+            shapes = tf.nest.map_structure(lambda tensor: tensor.shape, state)
+        else:
+            shapes = _shapes_of_a_shrinking_batch(state)
+        return tf.while_loop(keep_going, lambda state: (step(state),), (state,),
+                             shape_invariants=(shapes,))[0]
+
+
+def _gather(structure, indices):
+    """Rows `indices` of every tensor of `structure`."""
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), structure)
+
+
+def _shapes_of_a_shrinking_batch(structure):
+    """The shapes of `structure` (tensors in lists and NamedTuples) with any number of rows
+    (their leading dimension, but of scalars) and, in a GrowingCache, any length."""
+    if isinstance(structure, GrowingCache):
+        return GrowingCache(*(tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
+                              for tensor in structure))
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return type(structure)(*map(_shapes_of_a_shrinking_batch, structure))
+    if isinstance(structure, (list, tuple)):
+        return type(structure)(map(_shapes_of_a_shrinking_batch, structure))
+    if structure.shape.rank == 0:
+        return structure.shape
+    return tf.TensorShape([None]).concatenate(structure.shape[1:])
+
+
+class _GreedyResults(NamedTuple):
+    """Greedy search's output of each sentence."""
+    decoded: Any  # int32 [n, max_length + 1]: the start symbol, then the tokens chosen
+    score: Any  # float32 [n]: their log probability
+
+
+class _GreedyRows(NamedTuple):
+    """Greedy search's rows, one per sentence still searched (one decoded sequence each)."""
+    sentence: Any  # int32 [n]: the index of its input
+    done: Any  # bool [n]: it has produced EOS or reached its limit
+    decoded: Any
+    score: Any
+    inputs: _SentenceInputs
+    caches: Any  # the self-attention caches (_Decoder)
+
+    def results(self):
+        return _GreedyResults(self.decoded, self.score)
+
+
+class _GreedyState(NamedTuple):
+    """The greedy search loop's state."""
+    position: Any  # int32 scalar: where the step reads its input; its output lands at + 1
+    rows: _GreedyRows
+    results: _GreedyResults  # of every input
 
 
 def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
@@ -209,44 +274,39 @@ def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
     probabilities [B]. A sentence is done when it has produced EOS or reached its limit; done
     sentences leave the batch (unless fixed_shapes: then they are padded with PAD until all
     are done)."""
-    inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
-                                                                         extra_length)
-    batch_size = tf.shape(inputs)[0]
-    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache,
-                       fixed_shapes)
+    source = _encode(model, inputs, extra_length)
+    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache)
+    batch_size = tf.shape(source.ids)[0]
+    sentences, caches = decoder.start(source, batch.cache_length(source.max_length))
     # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
-    decoded = tf.zeros([batch_size, max_length + 1], tf.int32)
-    scores = tf.zeros([batch_size], tf.float32)
-    positions = tf.range(max_length + 1)[tf.newaxis, :]
+    results = _GreedyResults(tf.zeros([batch_size, source.max_length + 1], tf.int32),
+                             tf.zeros([batch_size], tf.float32))
+    positions = tf.range(source.max_length + 1)[tf.newaxis, :]
 
-    # `searched` [n]: the sentences still searched (their rows in decoded, scores, done and
-    # the decoder's rows); `outputs` and `output_scores` hold every sentence.
-    def step(t, searched, done, decoded, scores, outputs, output_scores, rows):
-        logits, rows = decoder.logits(decoded, t, rows)
+    def step(state):
+        t, rows = state.position, state.rows
+        logits, caches = decoder.logits(rows.decoded, t, rows.inputs, rows.caches)
         log_probs = tf.nn.log_softmax(logits)
         next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         best = tf.gather(log_probs, next_ids, batch_dims=1)
-        scores += tf.where(done, 0.0, best)
-        next_ids = tf.where(done, PAD_ID, next_ids)
-        decoded = tf.where(positions == t + 1, next_ids[:, tf.newaxis], decoded)
-        done |= tf.equal(next_ids, EOS_ID) | (t + 1 >= tf.gather(limits, searched))
-        outputs = tf.tensor_scatter_nd_update(outputs, searched[:, tf.newaxis], decoded)
-        output_scores = tf.tensor_scatter_nd_update(output_scores, searched[:, tf.newaxis],
-                                                    scores)
-        if not fixed_shapes:
-            kept = _still_searched(done)
-            rows = decoder.follow(rows, None, kept, tf.size(kept) < tf.size(done))
-            searched, done, decoded, scores = (tf.gather(tensor, kept)
-                                               for tensor in (searched, done, decoded, scores))
-        return t + 1, searched, done, decoded, scores, outputs, output_scores, rows
+        score = rows.score + tf.where(rows.done, 0.0, best)
+        next_ids = tf.where(rows.done, PAD_ID, next_ids)
+        decoded = tf.where(positions == t + 1, next_ids[:, tf.newaxis], rows.decoded)
+        done = rows.done | (tf.equal(next_ids, EOS_ID)
+                            | (t + 1 >= tf.gather(source.limits, rows.sentence)))
+        rows = rows._replace(done=done, decoded=decoded, score=score, caches=caches)
+        return batch.leave(_GreedyState(t + 1, rows, state.results), batch.kept(done))
 
-    def not_done(t, searched, done, decoded, scores, outputs, output_scores, rows):
-        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(done)))
+    def keep_going(state):
+        return tf.logical_and(state.position < source.max_length,
+                              tf.logical_not(tf.reduce_all(state.rows.done)))
 
-    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool), decoded,
-             scores, decoded, scores, decoder.rows)
-    outputs, output_scores = _loop(decoder, not_done, step, state)[5:7]
-    return outputs[:, 1:], output_scores
+    rows = _GreedyRows(sentence=tf.range(batch_size), done=tf.zeros([batch_size], tf.bool),
+                       decoded=results.decoded, score=results.score, inputs=sentences,
+                       caches=caches)
+    state = batch.loop(keep_going, step, _GreedyState(tf.constant(0), rows, results))
+    results = batch.written_results(state)
+    return results.decoded[:, 1:], results.score
 
 
 def _merge_beams(tensor, batch_size, beam_size):
@@ -255,13 +315,82 @@ def _merge_beams(tensor, batch_size, beam_size):
 
 
 def _flatten_beams(tensor):
-    """[B, K, ...] -> [B * K, ...]."""
+    """[B, K, ...] -> [B * K, ...]: a sentence's beams consecutive."""
     return tf.reshape(tensor, tf.concat([[-1], tf.shape(tensor)[2:]], 0))
 
 
 def _tile_beams(tensor, beam_size):
     """[B, ...] -> [B * K, ...], each row repeated K times in a row."""
     return tf.repeat(tensor, beam_size, axis=0)
+
+
+def _gather_beams(tensor, indices):
+    """tensor [B, K', ...], indices [B, K] -> [B, K, ...]."""
+    return tf.gather(tensor, indices, batch_dims=1)
+
+
+class _Alive(NamedTuple):
+    """The K most probable sequences of each sentence that have not ended, best first."""
+    sequences: Any  # int32 [b, K, max_length + 1], the start symbol first
+    log_probs: Any  # float32 [b, K]
+
+
+class _Finished(NamedTuple):
+    """The K best ended sequences of each sentence, best first."""
+    sequences: Any  # int32 [b, K, max_length + 1]
+    scores: Any  # float32 [b, K]: log probability / length_penalty; NEG_INF in empty slots
+    flags: Any  # bool [b, K]: the slot holds an ended sequence
+
+
+class _BeamRows(NamedTuple):
+    """Beam search's rows, one per sentence still searched."""
+    sentence: Any  # int32 [b]: the index of its input
+    done: Any  # bool [b]: _Stopping's rule says so
+    ended: Any  # int32 [b]: candidates ended among its K best so far (stop_after_finished)
+    alive: _Alive
+    finished: _Finished
+    inputs: _SentenceInputs
+
+    def results(self):
+        return self.finished
+
+
+class _BeamState(NamedTuple):
+    """The beam search loop's state."""
+    position: Any  # int32 scalar: where the step reads its input; its output lands at + 1
+    rows: _BeamRows
+    caches: Any  # the self-attention caches (_Decoder): a row per alive beam, b * K
+    results: _Finished  # of every input
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stopping:
+    """When beam search is done with a sentence (SearchHParams.stop_after_finished): when its
+    best alive sequence can no longer beat its best finished one, t2t's exact bound; or, with
+    stop_after_finished N > 0, also once N candidates have ended among its K best of the steps
+    so far (CTranslate2's rule)."""
+    alpha: float
+    beam_size: int
+    stop_after_finished: int
+
+    def after_step(self, rows, ends, limits):
+        """(done [b], ended [b]) of `rows` updated by a step, whose candidates `ends` [b, 2K]
+        (best first) ended; `limits` [b] are the sentences' length limits."""
+        done = rows.done | self.bound_met(rows.alive, rows.finished, limits)
+        ended = rows.ended
+        if self.stop_after_finished:  # else `ended` stays 0: no count in the default's steps
+            ended += tf.reduce_sum(tf.cast(ends[:, :self.beam_size], tf.int32), axis=1)
+            done |= ended >= self.stop_after_finished
+        return done, ended
+
+    def bound_met(self, alive, finished, limits):
+        """[b]: the best score an alive beam can still reach, its log probability (which only
+        falls) over the largest penalty (at its input's limit), cannot beat the best finished
+        sequence, the one returned. (t2t waited until it could not beat the worst of the K
+        finished ones, which it could return too; the returned best is the same.)"""
+        best_alive = alive.log_probs[:, 0] / length_penalty(limits, self.alpha)
+        best_finished = tf.where(finished.flags[:, 0], finished.scores[:, 0], NEG_INF)
+        return best_finished > best_alive
 
 
 def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
@@ -281,133 +410,108 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
     alive one if none finished) and their scores [B].
     """
-    inputs, encoder_output, inputs_padding, limits, max_length = _encode(model, inputs,
-                                                                         extra_length)
-    batch_size = tf.shape(inputs)[0]
+    source = _encode(model, inputs, extra_length)
+    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache)
+    stopping = _Stopping(alpha, beam_size, stop_after_finished)
+    batch_size = tf.shape(source.ids)[0]
     per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered
-    # The decoder's rows are one per sentence, but for the self-attention caches after the
-    # first step: the encoder-decoder keys and values are projected once per sentence and
-    # shared by its K beams, and the first step runs on one row per sentence (all K beams
-    # start from the same start symbol); its outputs and caches are then tiled to K beams.
-    decoder = _Decoder(model, encoder_output, inputs_padding, max_length, use_cache,
-                       fixed_shapes)
-    length = max_length + 1  # with the start position
+    length = source.max_length + 1  # with the start position
     positions = tf.range(length)[tf.newaxis, tf.newaxis, :]
-    alive_seq = tf.zeros([batch_size, beam_size, length], tf.int32)
-    # Only the first beam is live at the start, so the first step does not pick K copies.
-    alive_log_probs = tf.tile(tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]),
-                              [batch_size, 1])
-    finished_seq = tf.zeros([batch_size, beam_size, length], tf.int32)
-    finished_scores = tf.fill([batch_size, beam_size], NEG_INF)
-    finished_flags = tf.zeros([batch_size, beam_size], tf.bool)
 
-    def gather_beams(tensor, indices):
-        """tensor [B, K', ...], indices [B, K] -> [B, K, ...]."""
-        return tf.gather(tensor, indices, batch_dims=1)
+    def candidates(state):
+        """Each alive beam's best per_beam tokens: their log probabilities and ids [b * K,
+        per_beam], and the caches with the step's position added."""
+        logits, caches = decoder.logits(_flatten_beams(state.rows.alive.sequences),
+                                        state.position, state.rows.inputs, state.caches)
+        log_probs, tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
+        return log_probs, tokens, caches
 
-    def bound_met(alive_log_probs, finished_scores, finished_flags, limits):
-        """[b]: the best score an alive beam can still reach, its log probability (which only
-        falls) over the largest penalty (at its input's limit), cannot beat the best finished
-        sequence, the one returned. (t2t waited until it could not beat the worst of the K
-        finished ones, which it could return too; the returned best is the same.)"""
-        best_alive = alive_log_probs[:, 0] / length_penalty(limits, alpha)
-        best_finished = tf.where(finished_flags[:, 0], finished_scores[:, 0], NEG_INF)
-        return best_finished > best_alive
+    def first_candidates(state):
+        """`candidates` at position 0, where the K beams of a sentence all hold the start
+        symbol alone: the decoder runs on one row per sentence (the caches have one), and its
+        candidates and caches are repeated for the K beams. Only the first beam is alive
+        (initial log probabilities 0, NEG_INF, ...), so that the step does not pick K copies."""
+        logits, caches = decoder.logits(state.rows.alive.sequences[:, 0], state.position,
+                                        state.rows.inputs, state.caches)
+        log_probs, tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
+        return tf.nest.map_structure(lambda tensor: _tile_beams(tensor, beam_size),
+                                     (log_probs, tokens, caches))
 
-    # `searched` [b]: the sentences still searched, whose rows the alive and finished tensors,
-    # `done`, `ended` (with stop_after_finished: how many of their K best candidates have ended
-    # so far) and the decoder's rows (b of them, b * K in the self-attention caches) hold;
-    # `results` holds every sentence's finished sequences, scores and flags.
-    def step(t, searched, done, ended, alive_seq, alive_log_probs, finished_seq,
-             finished_scores, finished_flags, results, rows, first=False):
-        """One search step; `first`: the step at position 0, whose decoder rows are one per
-        sentence (the K beams' would be equal), tiled to K beams after it."""
-        b = tf.shape(searched)[0]
-        searched_limits = tf.gather(limits, searched)
-        logits, rows = decoder.logits(alive_seq[:, 0] if first else _flatten_beams(alive_seq),
-                                      t, rows)
+    def step(state, candidates=candidates):
+        """The state after one token more: the 2K best continuations of the alive beams
+        (`candidates`), the K best of them alive and those that ended among the finished."""
+        t, rows = state.position, state.rows
+        b = tf.shape(rows.sentence)[0]
+        limits = tf.gather(source.limits, rows.sentence)
+        beam_log_probs, beam_tokens, caches = candidates(state)
         # 2K candidates: even if K of them end with EOS, K stay alive. They are the top 2K of
         # the K beams' best 2K tokens each (the top 2K of all K * V, in the same order).
-        beam_log_probs, beam_tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
-        if first:
-            beam_log_probs, beam_tokens = (_tile_beams(tensor, beam_size)
-                                           for tensor in (beam_log_probs, beam_tokens))
-            rows = decoder.map_self_attention_caches(
-                lambda tensor: _tile_beams(tensor, beam_size), rows)
         candidate_log_probs = (_merge_beams(beam_log_probs, b, beam_size)
-                               + alive_log_probs[:, :, tf.newaxis])  # [b, K, 2K]
+                               + rows.alive.log_probs[:, :, tf.newaxis])  # [b, K, 2K]
         top_log_probs, top_indices = tf.math.top_k(
             tf.reshape(candidate_log_probs, [b, beam_size * per_beam]), k=2 * beam_size)
         beam_indices = top_indices // per_beam
         token_ids = tf.gather(tf.reshape(beam_tokens, [b, beam_size * per_beam]),
                               top_indices, batch_dims=1)
-        top_seq = gather_beams(alive_seq, beam_indices)
+        top_seq = _gather_beams(rows.alive.sequences, beam_indices)
         top_seq = tf.where(positions == t + 1, token_ids[:, :, tf.newaxis], top_seq)
         # A candidate ends with EOS, or by reaching its input's length limit.
-        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= searched_limits)[:, tf.newaxis]
+        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= limits)[:, tf.newaxis]
 
         # Alive: the best K candidates that did not end.
         alive_candidates = top_log_probs + tf.cast(ends, tf.float32) * NEG_INF
         _, alive_choice = tf.math.top_k(alive_candidates, k=beam_size)
-        alive_seq = gather_beams(top_seq, alive_choice)
-        alive_log_probs = gather_beams(alive_candidates, alive_choice)
-        parents = gather_beams(beam_indices, alive_choice)  # [b, K]: the beam each continues
+        alive = _Alive(_gather_beams(top_seq, alive_choice),
+                       _gather_beams(alive_candidates, alive_choice))
+        parents = _gather_beams(beam_indices, alive_choice)  # [b, K]: the beam each continues
 
         # Finished: the best K of the old finished ones and the candidates that ended now.
         scores = top_log_probs / length_penalty(t + 1, alpha)
         scores += (1.0 - tf.cast(ends, tf.float32)) * NEG_INF
-        all_seq = tf.concat([finished_seq, top_seq], axis=1)
-        all_scores = tf.concat([finished_scores, scores], axis=1)
-        all_flags = tf.concat([finished_flags, ends], axis=1)
+        all_scores = tf.concat([rows.finished.scores, scores], axis=1)
         finished_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
-        finished_seq = gather_beams(all_seq, finished_choice)
-        finished_flags = gather_beams(all_flags, finished_choice)
-        updates = (finished_seq, finished_scores, finished_flags)
-        if fixed_shapes:  # every sentence stays; those done before keep their results
-            updates = tuple(tf.where(tf.reshape(done, [-1] + [1] * (update.shape.rank - 1)),
-                                     tf.gather(result, searched), update)
-                            for result, update in zip(results, updates))
-        results = tuple(tf.tensor_scatter_nd_update(result, searched[:, tf.newaxis], update)
-                        for result, update in zip(results, updates))
-        done |= bound_met(alive_log_probs, finished_scores, finished_flags, searched_limits)
-        if stop_after_finished:  # else `ended` stays 0: no count in the default's steps
-            ended += tf.reduce_sum(tf.cast(ends[:, :beam_size], tf.int32), axis=1)
-            done |= ended >= stop_after_finished
+        finished = _Finished(
+            _gather_beams(tf.concat([rows.finished.sequences, top_seq], axis=1),
+                          finished_choice),
+            finished_scores,
+            _gather_beams(tf.concat([rows.finished.flags, ends], axis=1), finished_choice))
+        finished = batch.results_kept(rows.done, rows.finished, finished)
 
-        if fixed_shapes:
-            kept = tf.range(b)
-        else:
-            kept = _still_searched(done)
-            searched, done, ended, alive_seq, alive_log_probs, finished_seq, finished_scores, \
-                finished_flags = (tf.gather(tensor, kept) for tensor in (
-                    searched, done, ended, alive_seq, alive_log_probs, finished_seq,
-                    finished_scores, finished_flags))
-        kept_beams = kept[:, tf.newaxis] * beam_size
-        rows = decoder.follow(rows, _flatten_beams(kept_beams + tf.gather(parents, kept)), kept,
-                              None if fixed_shapes else tf.size(kept) < b)
-        return (t + 1, searched, done, ended, alive_seq, alive_log_probs, finished_seq,
-                finished_scores, finished_flags, results, rows)
+        rows = rows._replace(alive=alive, finished=finished)
+        done, ended = stopping.after_step(rows, ends, limits)
+        rows = rows._replace(done=done, ended=ended)
+        kept = batch.kept(done)
+        caches = batch.follow(
+            caches, _flatten_beams(kept[:, tf.newaxis] * beam_size + tf.gather(parents, kept)))
+        return batch.leave(_BeamState(t + 1, rows, caches, state.results), kept)
 
-    def not_done(t, searched, done, *unused_state):
-        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(done)))
+    def keep_going(state):
+        return tf.logical_and(state.position < source.max_length,
+                              tf.logical_not(tf.reduce_all(state.rows.done)))
 
-    state = (tf.constant(0), tf.range(batch_size), tf.zeros([batch_size], tf.bool),
-             tf.zeros([batch_size], tf.int32), alive_seq, alive_log_probs, finished_seq,
-             finished_scores, finished_flags,
-             (finished_seq, finished_scores, finished_flags), decoder.rows)
-    state = step(*state, first=True)
-    (_, searched, _, _, alive_seq, alive_log_probs, _, _, _,
-     (finished_seq, finished_scores, finished_flags), _) = _loop(decoder, not_done, step, state)
+    sentences, caches = decoder.start(source, batch.cache_length(source.max_length))
+    finished = _Finished(tf.zeros([batch_size, beam_size, length], tf.int32),
+                         tf.fill([batch_size, beam_size], NEG_INF),
+                         tf.zeros([batch_size, beam_size], tf.bool))
+    alive = _Alive(tf.zeros([batch_size, beam_size, length], tf.int32),  # first_candidates
+                   tf.tile(tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]), [batch_size, 1]))
+    rows = _BeamRows(sentence=tf.range(batch_size), done=tf.zeros([batch_size], tf.bool),
+                     ended=tf.zeros([batch_size], tf.int32), alive=alive, finished=finished,
+                     inputs=sentences)
+    state = step(_BeamState(tf.constant(0), rows, caches, finished), first_candidates)
+    state = batch.loop(keep_going, step, state)
+    results, rows = batch.written_results(state), state.rows
     # Sentences searched to the last step without a finished sequence: their best alive one.
-    best_alive_seq = tf.scatter_nd(searched[:, tf.newaxis], alive_seq[:, 0],
+    best_alive_seq = tf.scatter_nd(rows.sentence[:, tf.newaxis], rows.alive.sequences[:, 0],
                                    [batch_size, length])
     best_alive_score = tf.scatter_nd(
-        searched[:, tf.newaxis],
-        alive_log_probs[:, 0] / length_penalty(tf.gather(limits, searched), alpha),
+        rows.sentence[:, tf.newaxis],
+        rows.alive.log_probs[:, 0] / length_penalty(tf.gather(source.limits, rows.sentence),
+                                                    alpha),
         [batch_size])
-    any_finished = tf.reduce_any(finished_flags, axis=1)
-    best_seq = tf.where(any_finished[:, tf.newaxis], finished_seq[:, 0], best_alive_seq)
-    best_score = tf.where(any_finished, finished_scores[:, 0], best_alive_score)
+    any_finished = tf.reduce_any(results.flags, axis=1)
+    best_seq = tf.where(any_finished[:, tf.newaxis], results.sequences[:, 0], best_alive_seq)
+    best_score = tf.where(any_finished, results.scores[:, 0], best_alive_score)
     return best_seq[:, 1:], best_score
 
 
@@ -415,7 +519,7 @@ def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = Fa
     """The search search_hparams asks for: beam search, or greedy search for beam_size 1.
     fixed_shapes for a search compiled with XLA (the caller's jit_compile)."""
     hp = search_hparams
-    with model.step_kernels():  # the decoder's kernels laid out for steps, once per search
+    with model.decoding_layout():  # the decoder's weights laid out for steps, once per search
         if hp.beam_size > 1:
             return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
                                hp.use_cache, fixed_shapes=fixed_shapes,

@@ -1,11 +1,20 @@
-"""Multi-head scaled dot-product attention (paper §3.2.1-3.2.2) and its masks.
+"""Multi-head scaled dot-product attention (paper §3.2.1-3.2.2), its masks and its decoding caches.
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V
 
 Masks are additive biases, as in t2t's common_attention: 0 where attending is allowed and -1e9
 where it is not, broadcast against the logits [batch, heads, queries, keys].
+
+Incremental decoding (t2t's fast decoding) goes through the same `MultiHeadAttention.call`, with
+a cache of keys and values as its argument (as OpenNMT-tf's attention takes one):
+
+- `GrowingCache` or `FixedLengthCache`: a self-attention's keys and values of the positions
+  decoded so far, one row per decoded sequence; each step adds its own position.
+- `MemoryCache`: the keys and values of the memory (the encoder output), projected once per
+  sentence and shared by the query rows of that sentence (beam search's beams).
 """
 import warnings
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops
@@ -31,6 +40,58 @@ def causal_bias(length):
     return ops.cast(future, "float32")[None, None] * NEG_INF
 
 
+class GrowingCache(NamedTuple):
+    """A self-attention's keys and values of the positions decoded so far, [rows, heads,
+    positions, depth / heads] each, one row per decoded sequence. Each step appends its position,
+    so that a step reads and writes only the positions decoded so far (TensorFlow without XLA,
+    whose loops may change shapes); it starts with none (`MultiHeadAttention.empty_cache`)."""
+    key: Any
+    value: Any
+
+    def add(self, key, value, position):
+        """The cache with the keys and values [rows, heads, 1, depth / heads] of `position` (the
+        next one, as the cache's length says) appended, and the bias of the keys hidden from
+        that position: None, as no later position is cached."""
+        del position  # the cache's length
+        return GrowingCache(ops.concatenate([self.key, key], axis=2),
+                            ops.concatenate([self.value, value], axis=2)), None
+
+
+class FixedLengthCache(NamedTuple):
+    """GrowingCache with room for every position from the start, [rows, heads, max_length,
+    depth / heads] each, so that a decoding loop keeps fixed shapes (XLA compiles only those).
+    A step writes its position and reads the whole buffer, the later positions masked."""
+    key: Any
+    value: Any
+
+    def add(self, key, value, position):
+        """The cache with the keys and values [rows, heads, 1, depth / heads] of `position`
+        written at `position`, and the float32 bias [1, 1, 1, max_length] that hides the later
+        positions (not decoded yet) from it."""
+        # A masked write rather than a dynamic slice update: plain TensorFlow ops, so that an
+        # exported search needs no XLA in the server.
+        cache_positions = ops.arange(ops.shape(self.key)[2])
+        here = ops.equal(cache_positions, position)[None, None, :, None]
+        cache = FixedLengthCache(ops.where(here, key, self.key), ops.where(here, value, self.value))
+        later = ops.greater(cache_positions, position)
+        return cache, ops.cast(later, "float32")[None, None, None, :] * NEG_INF
+
+
+class MemoryCache(NamedTuple):
+    """The keys and values of a memory (the encoder output), [sentences, heads, keys,
+    depth / heads] each, projected once per sentence (t2t's cached k/v_encdec:
+    `MultiHeadAttention.project_memory`).
+
+    Query rows may outnumber its rows, rows = n x sentences: each sentence's row then serves n
+    consecutive query rows (beam search's n beams of a sentence, in the order of its
+    [sentences, beams] flattened), and they attend together as n query positions of one row.
+    A head's product is then one [n, depth] x [depth, keys], reading the keys and values once
+    for the n beams (t2t and CTranslate2 tile them per beam instead); the bias has one row per
+    sentence."""
+    key: Any
+    value: Any
+
+
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class MultiHeadAttention(LayerWithKernels):
     """§3.2.2 Multi-Head Attention: h heads of scaled dot-product attention over projections.
@@ -45,16 +106,21 @@ class MultiHeadAttention(LayerWithKernels):
         kernel_initializer: initializer of the four projections. Default Glorot-uniform.
 
     Call arguments:
-        query: [batch, queries, d].
-        memory: [batch, keys, d] or None for self-attention.
+        query: [batch, queries, d]; or, decoding, [rows, d]: one position per row.
+        memory: [batch, keys, d] or None for self-attention (and with a MemoryCache).
         bias: float additive bias broadcastable to [batch, heads, queries, keys], e.g.
-            `padding_bias(...)` or `causal_bias(...)`; None for no mask.
+            `padding_bias(...)` or `causal_bias(...)`; None for no mask. A self-attention
+            cache makes its own (hiding the positions not decoded yet).
+        cache: decoding: a GrowingCache or FixedLengthCache of this self-attention's earlier
+            positions (the query rows' own position is added), or the MemoryCache of `memory`.
+        position: decoding with a self-attention cache: the query rows' position.
         training: enables dropout.
         return_attention_scores: also return the weights [batch, heads, queries, keys] (float32,
             before dropout).
 
     Returns:
-        [batch, queries, d], or (output, weights) with `return_attention_scores`.
+        output (the query's shape); then the weights with `return_attention_scores`; then,
+        with a cache, the cache updated.
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer=None, **kwargs):
@@ -83,92 +149,71 @@ class MultiHeadAttention(LayerWithKernels):
         self.output_dense.build(tuple(query_shape[:-1]) + (depth,))
         self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
 
-    def split_heads(self, x):
-        """[batch, length, d] -> [batch, heads, length, d / heads]."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, self.depth_per_head))
-        return ops.transpose(x, (0, 2, 1, 3))
-
-    def combine_heads(self, x):
-        """[batch, heads, length, d / heads] -> [batch, length, d]."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[2]
-        x = ops.transpose(x, (0, 2, 1, 3))
-        return ops.reshape(x, (batch, length, self.num_heads * self.depth_per_head))
-
-    def call(self, query, memory=None, bias=None, training=False,
+    def call(self, query, memory=None, bias=None, cache=None, position=None, training=False,
              return_attention_scores=False):
-        memory = query if memory is None else memory
-        q = self.split_heads(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        k = self.split_heads(self.key_dense(memory))
-        v = self.split_heads(self.value_dense(memory))
-        return self.attend(q, k, v, bias, training, return_attention_scores)
+        if isinstance(cache, MemoryCache):
+            key, value = cache
+            q = self.split_heads(self.query_dense(query), key_rows=ops.shape(key)[0])
+        else:
+            source = query if memory is None else memory
+            key = self.split_heads(self.key_dense(source))
+            value = self.split_heads(self.value_dense(source))
+            if cache is not None:
+                cache, bias = cache.add(key, value, position)
+                key, value = cache
+            q = self.split_heads(self.query_dense(query))
+        q = q * (self.depth_per_head**-0.5)
+        # §3.2.1 Scaled Dot-Product Attention on the heads, then the output projection.
+        weights = self.attention_weights(q, key, bias)
+        dropped = ops.cast(self.weights_dropout(weights, training=training), value.dtype)
+        output = self.output_dense(
+            self.combine_heads(ops.matmul(dropped, value), rows=len(query.shape) == 2))
+        extras = (((weights,) if return_attention_scores else ())
+                  + (() if cache is None else (cache,)))
+        return (output,) + extras if extras else output
 
     def project_memory(self, memory):
-        """Keys and values of `memory` [batch, keys, d] split into heads: the encoder-decoder
-        attention computes them once per sentence when decoding (t2t's cached k/v_encdec)."""
-        return {"key": self.split_heads(self.key_dense(memory)),
-                "value": self.split_heads(self.value_dense(memory))}
-
-    def attend_to_memory(self, query, memory_cache, bias=None):
-        """`call` for one decoding position per row, with the memory's keys and values from
-        `project_memory`: query [rows, d] -> [rows, d].
-
-        The memory may have fewer rows than the query, rows = n * memory rows: each memory row
-        then serves n consecutive query rows (beam search's n beams of a sentence share its
-        encoder output), whose queries attend together as n query positions of one row. A
-        head's product is then one [n, depth] x [depth, keys], reading the keys and values
-        once for n beams (t2t and CTranslate2 tile them per beam instead); `bias` has one row
-        per memory row."""
-        key, value = memory_cache["key"], memory_cache["value"]
-        memory_rows = ops.shape(key)[0]
-        queries_per_row = ops.shape(query)[0] // ops.maximum(memory_rows, 1)  # 0 rows: 0
-        q = ops.reshape(self.query_dense(query),
-                        (memory_rows, queries_per_row, self.num_heads, self.depth_per_head))
-        q = ops.transpose(q, (0, 2, 1, 3)) * (self.depth_per_head**-0.5)
-        context = ops.matmul(ops.cast(self.attention_weights(q, key, bias), value.dtype), value)
-        return self.output_dense(ops.reshape(ops.transpose(context, (0, 2, 1, 3)),
-                                             (-1, self.num_heads * self.depth_per_head)))
+        """The MemoryCache of `memory` [batch, keys, d]: its keys and values split into heads,
+        computed once per sentence when decoding."""
+        return MemoryCache(self.split_heads(self.key_dense(memory)),
+                           self.split_heads(self.value_dense(memory)))
 
     def empty_cache(self, batch_size, max_length=None):
-        """The keys and values of no position yet, [batch, heads, length, depth / heads] each.
-        With `max_length`, room for that many positions (fixed shapes, so that a decoding loop
-        compiles with XLA; `self_attention_step(..., fixed_length=True)` writes into it);
-        without, length 0, and each step appends its position (TensorFlow without XLA: a step
-        then reads and writes only the positions decoded so far)."""
+        """The self-attention cache of no position yet for `batch_size` rows: a GrowingCache
+        of length 0, or with `max_length` a FixedLengthCache with room for that many positions."""
         length = 0 if max_length is None else max_length
         zeros = ops.zeros((batch_size, self.num_heads, length, self.depth_per_head),
                           dtype=self.compute_dtype)
-        return {"key": zeros, "value": zeros}
+        return (GrowingCache if max_length is None else FixedLengthCache)(zeros, zeros)
 
-    def self_attention_step(self, query, cache, position, fixed_length=False):
-        """One step of causal self-attention when decoding (t2t's fast decoding): `query`
-        [batch, d] is the input at `position`, and it attends over positions 0..position.
-        Its key and value are appended to the cache (which holds positions 0..position - 1),
-        or with `fixed_length` written into the fixed-size cache at `position`, the later
-        positions masked. Returns the output [batch, d] and the updated cache; the output
-        equals row `position` of `call` with a causal bias over the whole prefix."""
-        q = self.heads_of_one_position(self.query_dense(query)) * (self.depth_per_head**-0.5)
-        key = self.heads_of_one_position(self.key_dense(query))
-        value = self.heads_of_one_position(self.value_dense(query))
-        if not fixed_length:
-            cache = {"key": ops.concatenate([cache["key"], key], axis=2),
-                     "value": ops.concatenate([cache["value"], value], axis=2)}
-            return self.attend_one_position(q, cache["key"], cache["value"]), cache
-        # A masked write rather than a dynamic slice update: plain TensorFlow ops, so that an
-        # exported search needs no XLA in the server.
-        cache_positions = ops.arange(ops.shape(cache["key"])[2])
-        here = ops.equal(cache_positions, position)[None, None, :, None]
-        cache = {"key": ops.where(here, key, cache["key"]),
-                 "value": ops.where(here, value, cache["value"])}
-        later = ops.greater(cache_positions, position)
-        bias = ops.cast(later, "float32")[None, None, None, :] * NEG_INF
-        return self.attend_one_position(q, cache["key"], cache["value"], bias), cache
+    def split_heads(self, x, key_rows=None):
+        """[batch, length, d] -> [batch, heads, length, d / heads].
 
-    def heads_of_one_position(self, x):
-        """[batch, d] -> [batch, heads, 1, d / heads]: split_heads of a length-1 sequence, a
-        reshape without split_heads' transpose (decoding steps are two-dimensional, so that
-        their dense layers are plain matmuls)."""
-        return ops.reshape(x, (-1, self.num_heads, 1, self.depth_per_head))
+        Decoding, x [rows, d] holds one position per row: -> [rows, heads, 1, d / heads]; or,
+        with `key_rows` (a MemoryCache's sentences), the rows / key_rows consecutive rows of a
+        key row as its queries: [key_rows, heads, rows / key_rows, d / heads]."""
+        if len(x.shape) == 2 and key_rows is None:
+            # The transpose would move an axis of length 1: a reshape does it (a step's rows
+            # stay plain matrices, without a transpose per projection).
+            return ops.reshape(x, (-1, self.num_heads, 1, self.depth_per_head))
+        if len(x.shape) == 2:
+            batch = key_rows
+            length = ops.shape(x)[0] // ops.maximum(key_rows, 1)  # 0 rows: 0
+        else:
+            batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.depth_per_head))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def combine_heads(self, x, rows=False):
+        """[batch, heads, length, d / heads] -> [batch, length, d]; with `rows` (decoding, one
+        position per query row), -> [batch * length, d]."""
+        depth = self.num_heads * self.depth_per_head
+        if rows and x.shape[2] == 1:  # one query per row: the transpose would be a reshape
+            return ops.reshape(x, (-1, depth))
+        if rows:
+            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, depth))
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, depth))
 
     def attention_weights(self, q, k, bias=None):
         """softmax(q k^T + bias) in float32 over the keys, q already scaled: [batch, heads,
@@ -185,21 +230,6 @@ class MultiHeadAttention(LayerWithKernels):
             warnings.filterwarnings("ignore", "You are using a softmax over axis",
                                     UserWarning)
             return ops.softmax(logits, axis=-1)
-
-    def attend(self, q, k, v, bias=None, training=False, return_attention_scores=False):
-        """§3.2.1 Scaled Dot-Product Attention on split heads (q already scaled), then the
-        output projection. Kept apart from `call` so cached keys/values can be fed in."""
-        weights = self.attention_weights(q, k, bias)
-        dropped = ops.cast(self.weights_dropout(weights, training=training), v.dtype)
-        output = self.output_dense(self.combine_heads(ops.matmul(dropped, v)))
-        return (output, weights) if return_attention_scores else output
-
-    def attend_one_position(self, q, k, v, bias=None):
-        """`attend` at inference for one query per row, q [batch, heads, 1, d / heads] ->
-        [batch, d]: the heads combined by a reshape, without combine_heads' transpose."""
-        context = ops.matmul(ops.cast(self.attention_weights(q, k, bias), v.dtype), v)
-        return self.output_dense(
-            ops.reshape(context, (-1, self.num_heads * self.depth_per_head)))
 
     def compute_output_shape(self, query_shape, memory_shape=None):
         return query_shape

@@ -1,30 +1,30 @@
 """The dense projection of the attention and feed-forward layers: `keras.layers.Dense`, with two
-choices of CPU kernel that give the same values.
+other ways to compute its products that give the same values.
 
 y = x W + b over the last axis, as Keras computes it (the same variables, names and config).
 
-- Training: when the training step allows the BLAS kernels (`t2t_lite.blas.matmul`), the
-  gradient with respect to W, x^T dy summed over every position of the batch, is computed
-  through them: TensorFlow's CPU kernels run that product, long in its inner dimension, at
-  about half the rate of its forward product (benchmarks/README.md, "blas_speed.py").
-- Decoding steps: within `decoding_kernels.transposed_for_steps(...)`, a call on one position
+- Training: when the training step allows the BLAS op (`t2t_lite.blas.matmul`), the gradient
+  with respect to W, x^T dy summed over every position of the batch, is computed through it:
+  TensorFlow's own CPU matmul runs that product, long in its inner dimension, at about half the
+  rate of its forward product (benchmarks/README.md, "blas_speed.py").
+- Decoding steps: within `decoding_layout.transposed_for_decoding(...)`, a call on one position
   per row (x of rank 2) multiplies a square or widening kernel as x (W^T)^T, from the W^T
-  made there (layers/decoding_kernels.py says why).
+  made there (layers/decoding_layout.py says why).
 """
 import keras
 import tensorflow as tf
 
 from t2t_lite.blas import matmul as blas
-from t2t_lite.layers import decoding_kernels
+from t2t_lite.layers import decoding_layout
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class Dense(keras.layers.Dense):
-    """`keras.layers.Dense` (same arguments) with the kernels described above."""
+    """`keras.layers.Dense` (same arguments), computed as described above."""
 
     def call(self, inputs, training=None):
         inputs = tf.convert_to_tensor(inputs)
-        transposed = decoding_kernels.transposed(self.kernel)
+        transposed = decoding_layout.transposed(self.kernel)
         if transposed is not None and inputs.shape.rank == 2:
             outputs = tf.matmul(inputs, tf.cast(transposed, inputs.dtype), transpose_b=True)
             return self._bias_and_activation(outputs)

@@ -11,18 +11,8 @@ A sequence is a string of operations applied left to right ("none" for no operat
 """
 import keras
 
-from t2t_lite.hparams_lib import SUBLAYER_OPERATIONS
+from t2t_lite.hparams_lib import sublayer_operations
 from t2t_lite.layers.dropout import Dropout
-
-
-def _operations(sequence):
-    operations = "" if sequence == "none" else sequence
-    unknown = set(operations) - set(SUBLAYER_OPERATIONS)
-    if unknown:
-        raise ValueError(f"sequence {sequence!r}: unknown operations {sorted(unknown)}; use "
-                         f"'none' or letters of {SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, "
-                         "a: add)")
-    return operations
 
 
 def _float32_weights(policy):
@@ -56,7 +46,7 @@ class LayerProcess(keras.layers.Layer):
     def __init__(self, sequence="none", dropout=0.0, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.sequence = sequence
-        self.operations = _operations(sequence)
+        self.operations = sublayer_operations(sequence)
         self.dropout = dropout
         self.epsilon = epsilon
 
@@ -116,11 +106,11 @@ class SublayerConnection(keras.layers.Layer):
 
     def __init__(self, preprocess="n", postprocess="da", dropout=0.0, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
-        if "a" in _operations(preprocess):
+        if "a" in sublayer_operations(preprocess, "preprocess"):
             raise ValueError(f"preprocess {preprocess!r}: there is no residual to add before "
                              "the sublayer")
         self.preprocess = preprocess
-        _operations(postprocess)  # fail early on a bad sequence
+        sublayer_operations(postprocess, "postprocess")  # fail early on a bad sequence
         self.postprocess = postprocess
         self.dropout = dropout
         self.epsilon = epsilon

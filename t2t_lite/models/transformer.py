@@ -8,12 +8,14 @@
 Sublayer connections follow hparams.layer_preprocess_sequence / layer_postprocess_sequence, so
 `transformer_base_v1` is the paper's post-norm model and `transformer_base` t2t's pre-norm one.
 """
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
-from t2t_lite.layers.decoding_kernels import transposed_for_steps
+from t2t_lite.layers.decoding_layout import transposed_for_decoding, weight_matrices
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import PAD_ID, make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
@@ -162,45 +164,56 @@ class DecoderLayer(_TransformerLayer):
                                                   training=training,
                                                   return_attention_scores=True)
 
-        def feed_forward(y):
-            return self.feed_forward(y, training=training)
-
-        x, self_weights = self.self_attention_connection(x, sublayer=self_attention,
-                                                         training=training)
-        x, cross_weights = self.encoder_decoder_connection(x, sublayer=encoder_decoder_attention,
-                                                           training=training)
-        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+        x, self_weights, cross_weights = self._sublayers(x, self_attention,
+                                                         encoder_decoder_attention, training)
         if return_attention_scores:
             return x, {"self_attention": self_weights, "encoder_decoder": cross_weights}
         return x
 
-    def step_kernels(self):
-        """The kernels `step` multiplies its rows by (the encoder-decoder attention's keys and
-        values are projected from the encoder output instead, once per sentence)."""
-        projections = [self.self_attention.query_dense, self.self_attention.key_dense,
-                       self.self_attention.value_dense, self.self_attention.output_dense,
-                       self.encoder_decoder_attention.query_dense,
-                       self.encoder_decoder_attention.output_dense,
-                       self.feed_forward.filter_dense, self.feed_forward.output_dense]
-        return [projection.kernel for projection in projections]
+    def step(self, x, self_attention_cache, memory_cache, position, encoder_decoder_bias=None):
+        """The layer at one decoding position: x [rows, d] is the input at `position`, one row
+        per decoded sequence; `self_attention_cache` holds the keys and values of its earlier
+        positions (a GrowingCache or FixedLengthCache), `memory_cache` the encoder output's
+        (a MemoryCache, shared by a sentence's rows). Returns (output [rows, d], the
+        self-attention cache with `position` added).
 
-    def step(self, x, cache, position, encoder_decoder_bias=None, fixed_length=False):
-        """The layer at one decoding position: x [batch, d] is the input at `position`;
-        `cache` holds {"self_attention": keys/values of the earlier positions,
-        "encoder_decoder": the encoder output's keys/values}. Returns (output, updated cache).
-        fixed_length: the self-attention cache has fixed size (MultiHeadAttention.empty_cache)."""
+        The attentions are called through `call`, not the layer: Keras would cast the float32
+        bias to a half-precision layer's dtype at every step."""
         def self_attention(y):
-            return self.self_attention.self_attention_step(y, cache["self_attention"], position,
-                                                           fixed_length)
+            return self.self_attention.call(y, cache=self_attention_cache, position=position)
 
         def encoder_decoder_attention(y):
-            return self.encoder_decoder_attention.attend_to_memory(
-                y, cache["encoder_decoder"], encoder_decoder_bias)
+            return self.encoder_decoder_attention.call(y, bias=encoder_decoder_bias,
+                                                       cache=memory_cache)
 
-        x, self_attention_cache = self.self_attention_connection(x, sublayer=self_attention)
-        x = self.encoder_decoder_connection(x, sublayer=encoder_decoder_attention)
-        x = self.feed_forward_connection(x, sublayer=self.feed_forward)
-        return x, {**cache, "self_attention": self_attention_cache}
+        x, self_attention_cache, _ = self._sublayers(x, self_attention,
+                                                     encoder_decoder_attention, training=False)
+        return x, self_attention_cache
+
+    def _sublayers(self, x, self_attention, encoder_decoder_attention, training):
+        """The three sublayers in their connections (Figure 1, right); each attention returns
+        (output, what the caller wants of it: weights or a cache), which this returns after x."""
+        def feed_forward(y):
+            return self.feed_forward(y, training=training)
+
+        x, self_extra = self.self_attention_connection(x, sublayer=self_attention,
+                                                       training=training)
+        x, cross_extra = self.encoder_decoder_connection(x, sublayer=encoder_decoder_attention,
+                                                         training=training)
+        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+        return x, self_extra, cross_extra
+
+
+class DecodingCache(NamedTuple):
+    """What incremental decoding keeps between steps (t2t's fast decoding), per decoder layer:
+
+    self_attention: the keys and values of the positions decoded so far (GrowingCache, or
+        FixedLengthCache with room for every position), one row per decoded sequence;
+    memory: the encoder output's keys and values (MemoryCache), one row per sentence, computed
+        once and shared by the sentence's decoded sequences (beam search's beams).
+    """
+    self_attention: list
+    memory: list
 
 
 def _layer_arguments(hparams):
@@ -283,41 +296,42 @@ class Transformer(keras.Model):
         return self._decode(decoder_input, encoder_output, inputs_padding, training)
 
     def initial_cache(self, encoder_output, max_length=None):
-        """What incremental decoding keeps per decoder layer: the self-attention keys and values
-        of no position yet (with `max_length`, fixed-size room for that many, as XLA needs), and
-        the encoder output's keys and values for the encoder-decoder attention (computed here,
-        once)."""
+        """The DecodingCache before the first step, for one decoded sequence per sentence: the
+        self-attention caches of no position yet (with `max_length`, fixed-size room for that
+        many, as XLA needs), and the encoder output's keys and values (computed here, once)."""
         batch_size = ops.shape(encoder_output)[0]
-        return [{"self_attention": layer.self_attention.empty_cache(batch_size, max_length),
-                 "encoder_decoder": layer.encoder_decoder_attention.project_memory(
-                     encoder_output)}
-                for layer in self.decoder_stack]
+        return DecodingCache(
+            self_attention=[layer.self_attention.empty_cache(batch_size, max_length)
+                            for layer in self.decoder_stack],
+            memory=[layer.encoder_decoder_attention.project_memory(encoder_output)
+                    for layer in self.decoder_stack])
 
-    def step_kernels(self):
+    def decoding_layout(self):
         """A context for building a decoding loop: within it, the decoder layers' projections
-        multiply `decode_step`'s rows by kernels laid out for them, made once on entry
-        (layers.decoding_kernels; the same values)."""
-        return transposed_for_steps(
-            [kernel for layer in self.decoder_stack for kernel in layer.step_kernels()])
+        multiply `decode_step`'s rows by their weight matrices laid out for them, made once on
+        entry (layers.decoding_layout; the same values)."""
+        return transposed_for_decoding(weight_matrices(self.decoder_stack))
 
-    def decode_step(self, ids, position, cache, inputs_padding, fixed_length=False):
-        """One step of incremental decoding: `ids` [batch] are the decoder inputs at `position`
-        (PAD at 0, then the previous outputs). Returns (float32 logits [batch, V] for the output
-        at `position`, the updated cache); the logits equal `decode(...)[:, position]` over the
-        whole prefix. fixed_length: the cache came from `initial_cache` with a max_length."""
+    def decode_step(self, ids, position, cache, inputs_padding):
+        """One step of incremental decoding: `ids` [rows] are the decoder inputs at `position`
+        (PAD at 0, then the previous outputs), one row per decoded sequence; `cache` is the
+        DecodingCache (initial_cache, then this method's), `inputs_padding` [sentences, S] the
+        source padding. Returns (float32 logits [rows, V] for the output at `position`, the
+        updated cache); the logits equal `decode(...)[:, position]` over the whole prefix."""
         encoder_decoder_bias = padding_bias(inputs_padding)
         x = self._embed(self.target_embedding, ops.cast(ids, "int32")[:, None], False,
                         start_position=position)
-        # [batch, d] from here: the step's dense layers are then plain matmuls, without the
-        # reshapes and shape arithmetic that a [batch, 1, d] input costs at every step.
+        # [rows, d] from here: the step's dense layers are then plain matmuls, without the
+        # reshapes and shape arithmetic that a [rows, 1, d] input costs at every step.
         x = ops.reshape(x, (-1, self.hparams.hidden_size))
-        updated = []
-        for layer, layer_cache in zip(self.decoder_stack, cache):
-            x, layer_cache = layer.step(x, layer_cache, position, encoder_decoder_bias,
-                                        fixed_length)
-            updated.append(layer_cache)
+        self_attention = []
+        for layer, layer_cache, memory in zip(self.decoder_stack, cache.self_attention,
+                                              cache.memory):
+            x, layer_cache = layer.step(x, layer_cache, memory, position, encoder_decoder_bias)
+            self_attention.append(layer_cache)
         x = self.decoder_final(x, training=False)
-        return self.softmax_embedding(x, reverse=True), updated
+        return (self.softmax_embedding(x, reverse=True),
+                cache._replace(self_attention=self_attention))
 
     def attention_weights(self, features):
         """The attention weights of every layer (inference mode), for pictures:

@@ -20,7 +20,6 @@ before the index, so that a kill between the two renames paired new data with th
 place; until then --checkpoint_path=P restores it.
 """
 import os
-import re
 import uuid
 
 import numpy as np
@@ -32,22 +31,8 @@ from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.errors import FlagError
 from t2t_lite.run_description import HPARAMS_FILE
 
-MODEL_PREFIX = "model/"
-VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 AVERAGE_NAME = "average"  # an average's prefix in P: average-STEP-TOKEN
 STATE_FILE = "checkpoint"  # TensorFlow's CheckpointState, which tf.train.latest_checkpoint reads
-
-
-def variable_path(key: str) -> str:
-    """The Keras path of a model variable from its checkpoint key.
-
-    `checkpoints.make_checkpoint` stores {path: variable} under "model"; TensorFlow escapes each
-    dict key's "/" as ".S" and "." as "..":
-    "model/shared_embedding.Sembeddings/.ATTRIBUTES/VARIABLE_VALUE" ->
-    "shared_embedding/embeddings".
-    """
-    escaped = key[len(MODEL_PREFIX):-len(VALUE_SUFFIX)]
-    return re.sub(r"\.([S.])", lambda match: "/" if match.group(1) == "S" else ".", escaped)
 
 
 def last_checkpoints(output_dir: str, num_last: int) -> list:
@@ -78,7 +63,7 @@ def _model_variables(reader, checkpoint_path: str) -> dict:
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     found = {key: (list(shape), dtypes[key]) for key, shape in shapes.items()
-             if key.startswith(MODEL_PREFIX) and key.endswith(VALUE_SUFFIX)}
+             if checkpoints.is_model_key(key)}
     if not found:
         raise CheckpointError(f"{checkpoint_path} has no model variables")
     return found
@@ -115,15 +100,6 @@ def _remove_other_averages(folder: str, keep: str = None):
             atomic_files.remove_matching(tf.io.gfile.join(folder, entry))
 
 
-def _write_checkpoint(values: dict, prefix: str):
-    """Writes {path: array} as a model-only checkpoint at prefix."""
-    checkpoint = tf.train.Checkpoint(
-        model={path: tf.Variable(value) for path, value in values.items()})
-    # write() leaves out the save counter, which checkpoints.restore expects to match.
-    checkpoint.save_counter  # noqa: B018 (creates it)
-    checkpoint.write(prefix)
-
-
 def _replace_average(values: dict, out_path: str, step: str) -> str:
     """Writes {path: array} as the average in the folder out_path (which exists) and makes it
     the one its state file names; returns its prefix. See the module's docstring for the
@@ -133,7 +109,7 @@ def _replace_average(values: dict, out_path: str, step: str) -> str:
     name = f"{AVERAGE_NAME}-{step}-{uuid.uuid4().hex[:8]}"
     prefix = tf.io.gfile.join(folder, name)
     try:
-        _write_checkpoint(values, prefix)
+        checkpoints.write_model_values(values, prefix)
         with atomic_files.atomic_write(tf.io.gfile.join(folder, STATE_FILE)) as handle:
             # Relative, as tf.train.CheckpointManager writes it: the folder can be moved.
             handle.write(f'model_checkpoint_path: "{name}"\n'
@@ -188,7 +164,7 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
             value = (total / len(readers)).astype(dtype.as_numpy_dtype)
         else:
             value = readers[-1].get_tensor(key)
-        averages[variable_path(key)] = value
+        averages[checkpoints.variable_path(key)] = value
     check_out(out_path)
     tf.io.gfile.makedirs(out_path)
     _keep_run_description(output_dir, out_path)  # first: a full disk leaves the old average

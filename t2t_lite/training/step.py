@@ -1,6 +1,8 @@
-"""One training or evaluation step of a model under any tf.distribute strategy, with XLA.
+"""One training or evaluation step of a model under any tf.distribute strategy, with or
+without XLA (`jit_compile`; the trainer turns it on where it pays, on GPUs and TPUs, and leaves
+it off on CPUs: trainer.xla_pays).
 
-The arrangement that compiles each replica's step with XLA under MirroredStrategy and
+The arrangement that can compile each replica's step with XLA under MirroredStrategy and
 MultiWorkerMirroredStrategy alike (Keras 3 `fit` supports neither: keras-team/keras#20585, and
 `fit(jit_compile=True)` over two CPU devices fails with "Trying to access resource ... located
 in device CPU:1 from device CPU:0"):
@@ -8,8 +10,8 @@ in device CPU:1 from device CPU:0"):
 1. In cross-replica context, the non-pad target tokens of the global batch are counted
    (tensor2tensor divides the summed loss by them, so the result does not depend on how the
    batch is split between replicas).
-2. Each replica runs a plain Python function that calls one XLA-compiled function: forward
-   pass, label-smoothed loss over the global token count, gradients.
+2. Each replica runs a plain Python function that calls one compiled function (XLA-compiled
+   under jit_compile): forward pass, label-smoothed loss over the global token count, gradients.
 3. The replicas' gradients are summed in one batched all-reduce, clipped, and applied once by the
    optimizer in cross-replica context; the optimizer updates every copy of each variable.
 
@@ -124,6 +126,15 @@ class TrainingSteps:
         counts = self.strategy.run(lambda features: self.replica_counts(features),
                                    args=(batch,))
         return self._sum_over_replicas(counts)
+
+    def on_any_worker(self, flag: bool) -> bool:
+        """Whether `flag` holds in any process of the run: an all-reduce when the strategy has
+        several replicas, so that every worker takes the same decision (one that stopped alone
+        would leave the others waiting in the next step's all-reduce)."""
+        if self.strategy.num_replicas_in_sync == 1:
+            return flag
+        votes = self.strategy.run(lambda: tf.constant(float(flag)))
+        return float(self.strategy.reduce(SUM, votes, axis=None)) > 0
 
     def _sum_over_replicas(self, values):
         """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched

@@ -4,6 +4,7 @@ of the learning-rate schedule.
 Scalars are written with `tf.summary.scalar` (Keras 3's TensorBoard callback writes tensor
 summaries that some TensorBoard tools cannot read) to `output_dir/train` and `output_dir/eval`.
 """
+import math
 import time
 
 import keras
@@ -22,18 +23,40 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
-class TrainingMonitor(keras.callbacks.Callback):
-    """Every `log_every_steps` updates: a line with step, loss, learning rate, target and source
-    tokens per second (real tokens, end of sentence included, padding not), steps per second
-    and time left, and the same numbers (with the padding share of the
-    batches since the epoch began) in TensorBoard. After each evaluation: dev loss and dev token
-    accuracy."""
+def time_left(step: int, train_steps: int, steps_per_second: float,
+              budget_seconds: float = math.inf):
+    """(seconds left, the step the run ends at, whether the time budget ends it) at
+    `steps_per_second`: the train_steps cap or, when it comes first, the end of a time budget
+    with `budget_seconds` left (inf: none), after which the update under way is the last."""
+    steps_per_second = max(steps_per_second, 1e-9)
+    to_cap = (train_steps - step) / steps_per_second
+    if budget_seconds >= to_cap:
+        return to_cap, train_steps, False
+    budget_seconds = max(budget_seconds, 0.0)
+    last_step = min(step + math.ceil(budget_seconds * steps_per_second), train_steps)
+    return budget_seconds, last_step, True
 
-    def __init__(self, output_dir, train_steps: int, log_every_steps: int, learning_rate):
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Every `log_every_steps` updates and after the last: a line with step (of the step the
+    run ends at), loss, learning rate, target and source tokens per second (real tokens, end of
+    sentence included, padding not), steps per second and time left (to train_steps or to the
+    end of the time budget, whichever comes first), and the same numbers (with the padding
+    share of the batches since the epoch began) in TensorBoard. After each evaluation: dev
+    loss and dev token accuracy.
+
+    The learning rate shown is the one the optimizer applied in the last update: the
+    schedule's rate of update `step` (schedules.learning_rate), whatever the number of batches
+    accumulated into one update. `budget`: the trainer's TimeBudget (its seconds_left), or
+    None for none."""
+
+    def __init__(self, output_dir, train_steps: int, log_every_steps: int, hparams,
+                 budget=None):
         super().__init__()
         self.train_steps = train_steps
         self.log_every_steps = log_every_steps
-        self.learning_rate = learning_rate
+        self.hparams = hparams
+        self.budget = budget
         self.train_writer, self.eval_writer = (
             [tf.summary.create_file_writer(tf.io.gfile.join(output_dir, name))
              for name in ("train", "eval")] if output_dir
@@ -50,22 +73,25 @@ class TrainingMonitor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
         last_step, last_time, last_loss_sum, last_tokens, last_real = self._last
-        if step == last_step or (step % self.log_every_steps and step < self.train_steps):
+        if step == last_step or (step % self.log_every_steps and step < self.train_steps
+                                 and not self.model.stop_training):
             return
         now = time.time()
         loss_sum, tokens = float(logs["loss_sum"]), float(logs["target_tokens"])
         real = float(logs.get("real_tokens", tokens))
         steps, seconds = step - last_step, max(now - last_time, 1e-9)
         loss = (loss_sum - last_loss_sum) / max(tokens - last_tokens, 1.0)
-        rate = float(self.learning_rate(step - 1))
+        rate = float(learning_rate(step, self.hparams))
         tokens_per_second = (tokens - last_tokens) / seconds
         source_per_second = (real - last_real - (tokens - last_tokens)) / seconds
         steps_per_second = steps / seconds
-        time_left = (self.train_steps - step) / max(steps_per_second, 1e-9)
+        seconds_left, end_step, budgeted = time_left(
+            step, self.train_steps, steps_per_second,
+            self.budget.seconds_left(now) if self.budget else math.inf)
         logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f target tok/s  %.0f source tok/s  "
-                     "%.2f steps/s  %s left", step, self.train_steps, loss, rate,
+                     "%.2f steps/s  %s left%s", step, end_step, loss, rate,
                      tokens_per_second, source_per_second, steps_per_second,
-                     format_duration(time_left))
+                     format_duration(seconds_left), " (time budget)" if budgeted else "")
         with self.train_writer.as_default(step=step):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)

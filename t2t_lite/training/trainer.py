@@ -1,18 +1,20 @@
 """Training: the loop that steps a registered model through a problem's batches under a
-tf.distribute strategy (see step.py for one step), with XLA, checkpoints in `output_dir`,
-periodic dev evaluation, Keras callbacks and resumption.
+tf.distribute strategy (see step.py for one step), with XLA where it pays, checkpoints in
+`output_dir`, periodic dev evaluation, Keras callbacks, resumption and an optional time budget.
 
 The objective is tensor2tensor's: label-smoothed cross entropy summed over real target tokens
 and divided by their number; Adam with the hparams' learning-rate schedule (paper §5.3).
 Running again with the same `output_dir` restores the latest checkpoint (weights, optimizer
-moments and step) and continues to `train_steps`; a rerun that asks for another run than the
-one recorded there (hparams.json) is refused before it writes anything (resumable_hparams).
+moments and step) and continues to `train_steps` (or for another `train_minutes`); a rerun
+that asks for another run than the one recorded there (hparams.json) is refused before it
+writes anything (resumable_hparams).
 A full disk ends training with one StorageError, the last complete checkpoint the latest.
 """
 import contextlib
 import dataclasses
 import itertools
 import math
+import time
 
 import keras
 import tensorflow as tf
@@ -36,6 +38,11 @@ from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_pic
 class RunConfig:
     """How long to train and how often to evaluate, save and report (t2t's trainer flags)."""
     train_steps: int = 250_000
+    # Minutes of training in this run, on the clock from the start of the training loop (after
+    # the data checks, the model's building and the restore; evaluations count): training
+    # stops after the update during which they run out, and saves a checkpoint there as at
+    # train_steps. 0: no limit. The progress line counts down to whichever limit comes first.
+    train_minutes: float = 0.0
     eval_steps: int = 100               # dev batches per evaluation
     eval_every: int = 1000              # updates between evaluations (t2t's local_eval_frequency)
     save_checkpoints_steps: int = 1000
@@ -45,6 +52,11 @@ class RunConfig:
     seed: int = 1                       # weights, dropout and the order of training batches
     devices: tuple = ()                 # MirroredStrategy devices; () = every GPU, else CPU
     allow_unverified_data: bool = False  # train on shards without a datagen manifest
+
+    def __post_init__(self):
+        if not self.train_minutes >= 0:
+            raise ValueError(f"train_minutes={self.train_minutes!r}: expected minutes >= 0 "
+                             f"(0: no limit)")
 
 
 def xla_pays(strategy) -> bool:
@@ -152,9 +164,42 @@ class NonFiniteLossGuard(keras.callbacks.Callback):
                 f"(learning_rate_constant) or lengthen the warmup, then run again.")
 
 
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training after the update during which `minutes` have passed since training
+    began (on_train_begin); 0 minutes: no limit. Every worker of a multi-worker run stops after
+    the same update: the first to run out stops them all (TrainingSteps.on_any_worker).
+    CheckpointSaver then saves at the step reached, as at the end of any run."""
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        self.seconds = minutes * 60
+        self.start = None
+        self.ran_out = False  # on some worker: training stops after this update
+
+    def on_train_begin(self, logs=None):
+        self.start = time.time()
+
+    def seconds_left(self, now: float = None) -> float:
+        """Seconds until the budget runs out: inf without one, 0 once training stops for it
+        (also when another worker's ran out first), negative when it has run out here since
+        the last update."""
+        if not self.seconds:
+            return math.inf
+        if self.ran_out:
+            return 0.0
+        return self.seconds - ((time.time() if now is None else now) - self.start)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seconds and self.model.on_any_worker(self.seconds_left() <= 0):
+            self.ran_out = True
+            logging.info("the time budget of %g minutes has run out", self.seconds / 60)
+            self.model.stop_training = True
+
+
 class CheckpointSaver(keras.callbacks.Callback):
-    """Saves every `every_steps` updates and at the end, numbered by the global step, and stops
-    training at `train_steps` (epochs need not divide it)."""
+    """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
+    callback that stops training), numbered by the global step, and stops training at
+    `train_steps` (epochs need not divide it)."""
 
     def __init__(self, manager, every_steps: int, train_steps: int):
         super().__init__()
@@ -239,7 +284,8 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
 
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
           config: RunConfig = RunConfig(), callbacks=(), strategy=None):
-    """Trains to `config.train_steps` updates, resuming from output_dir's latest checkpoint.
+    """Trains to `config.train_steps` updates, or for `config.train_minutes` when they run out
+    first, resuming from output_dir's latest checkpoint.
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
     `strategy` defaults to distribution.choose_strategy(config.devices).
 
@@ -311,19 +357,21 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
     if step >= config.train_steps:
         logging.info("already trained %d of %d steps", step, config.train_steps)
         return model
-    logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s)",
+    logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s%s)",
                  model_name, problem_name, step, config.train_steps, model.count_params(),
-                 replicas, "on" if jit_compile else "off")
+                 replicas, "on" if jit_compile else "off",
+                 f"; at most {config.train_minutes:g} minutes" if config.train_minutes else "")
     batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
     # A resumed run continues the same stream of batches where the checkpoint left it.
     train_data = train_data.skip(step * batches_per_update)
+    budget = TimeBudget(config.train_minutes)
     monitor = TrainingMonitor(output_dir if chief else None, config.train_steps,
-                              config.log_every_steps, LearningRateSchedule(hparams))
+                              config.log_every_steps, hparams, budget)
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max)
         run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                 [NonFiniteLossGuard(output_dir), monitor, *callbacks,
+                 [NonFiniteLossGuard(output_dir), budget, monitor, *callbacks,
                   CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
                  batches_per_update)
     return model

@@ -1,7 +1,7 @@
 """The decoding race's pieces that need neither toolkit's environment: what CTranslate2 logs
 about the CPU when it loads a model, CTranslate2 4.x's requirements and environment (made by the
-peers' shared environment code), the CTranslate2 command with its compute type and threads, and
-decode.py's comparison of a round's two passes and onmt-main's thread flags."""
+peers' shared environment code), the CTranslate2 command with its compute type and threads, the
+harness's two passes of a round, and decode.py's reading of onmt-main's thread flags."""
 import importlib.util
 import os
 import sys
@@ -10,7 +10,8 @@ import pytest
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 PEERS = os.path.join(BENCHMARKS, "peers")
-sys.path.insert(0, PEERS)
+sys.path.insert(0, BENCHMARKS)
+import harness  # noqa: E402  (it puts benchmarks/peers/ on sys.path)
 import ctranslate2_runtime  # noqa: E402
 import peer_environment  # noqa: E402
 
@@ -71,7 +72,7 @@ def test_an_environment_whose_marker_lists_the_requirements_is_reused(tmp_path):
 def test_without_a_python_the_environment_code_exits_with_status_3(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         ctranslate2_runtime.ensure_environment(str(tmp_path / "venv"), str(tmp_path / "none"))
-    assert exit_.value.code == peer_environment.NO_PYTHON_EXIT_STATUS == 3
+    assert exit_.value.code == harness.NO_PYTHON_EXIT_STATUS == 3
     message = capsys.readouterr().err
     assert message.startswith(f"CTranslate2 {ctranslate2_runtime.CTRANSLATE2_VERSION}'s "
                               "environment not created")
@@ -101,9 +102,16 @@ def test_the_ctranslate2_command_has_its_runtime_compute_type_and_threads():
 
 
 def test_two_passes_compare_line_by_line():
-    assert decode.differing_lines(b"a\nb\nc\n", b"a\nb\nc\n") == 0
-    assert decode.differing_lines(b"a\nb\nc\n", b"a\nx\nc\n") == 1
-    assert decode.differing_lines(b"a\nb\n", b"a\nb\nc\nd\n") == 2
+    assert harness.differing_lines(["a", "b", "c"], ["a", "b", "c"]) == 0
+    assert harness.differing_lines(["a", "b", "c"], ["a", "x", "c"]) == 1
+    assert harness.differing_lines(["a", "b"], ["a", "b", "c", "d"]) == 2
+
+
+def test_two_passes_write_the_first_and_time_the_second():
+    passes, written, result = iter([["a", "b"], ["a", "c"]]), [], {}
+    assert harness.two_passes(lambda: next(passes), written.append, result) == ["a", "b"]
+    assert written == [["a", "b"]] and result["passes_differ"] == 1
+    assert {"written_at", "first_pass_seconds", "seconds", "cpu_seconds"} <= set(result)
 
 
 def test_onmt_main_thread_flags_as_given():

@@ -221,5 +221,5 @@ def test_a_program_runs_with_its_log_and_its_progress_lines_echoed(peer, tmp_pat
     assert capsys.readouterr().out == "  [train] Start training loop\n"
     assert log.read_text(encoding="utf-8") == ("[2026-01-01 10:00:00,000 INFO] Start training "
                                                "loop\nsomething else\n")
-    with pytest.raises(peer.PeerError, match="exit status 3"):
+    with pytest.raises(peer.harness.ChildFailed, match="exit status 3"):
         peer.run_logged([sys.executable, "-c", "raise SystemExit(3)"], str(log), "train")

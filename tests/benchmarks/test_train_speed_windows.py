@@ -1,6 +1,6 @@
 """benchmarks/training_run.py's reading of t2t_lite-trainer's progress lines, the clock of
 train_speed.py: the windows between the lines' timestamps, the tokens counted in each, and the
-medians over the windows after the warm-up (the rule of the peers' run.py)."""
+medians over the windows after the warm-up (harness.window_medians, the peers' rule too)."""
 import datetime
 import os
 import sys
@@ -8,6 +8,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+import harness  # noqa: E402
 import training_run  # noqa: E402
 
 # The trainer's stderr as absl writes it, with TensorFlow's own lines and a run over New Year.
@@ -74,15 +75,15 @@ def test_windows_between_the_lines():
 
 def test_throughput_after_the_warm_up():
     windows = training_run.trainer_windows(training_run.parse_trainer_log(LOG, 2025), updates())
-    rates = training_run.throughput(windows, skip_steps=2)  # the window of updates 1-2 is out
+    rates = harness.window_medians(windows, skip_steps=2)  # the window of updates 1-2 is out
     assert rates == {"target_tokens_per_s": 300.0, "source_tokens_per_s": 330.0,
                      "steps_per_s": pytest.approx(0.3), "target_tokens_per_step": 1000.0,
                      "throughput_windows": 2}
     # a window that starts at or before skip_steps is left out whole
-    assert training_run.throughput(windows, skip_steps=3)["throughput_windows"] == 1
-    left_out = training_run.throughput(windows, 2, lambda w: w["new_shapes"] > 0)
+    assert harness.window_medians(windows, skip_steps=3)["throughput_windows"] == 1
+    left_out = harness.window_medians(windows, 2, lambda w: w["new_shapes"] > 0)
     assert (left_out["target_tokens_per_s"], left_out["throughput_windows"]) == (200.0, 1)
-    assert training_run.throughput(windows, skip_steps=6) == {
+    assert harness.window_medians(windows, skip_steps=6) == {
         "target_tokens_per_s": None, "source_tokens_per_s": None, "steps_per_s": None,
         "target_tokens_per_step": None, "throughput_windows": 0}
 

@@ -1,6 +1,7 @@
 """The BLAS matmul op multiplies as tf.matmul does, split between any number of threads; it is
-used only where allowed, for float32 on a CPU, and t2t_lite falls back to tf.matmul when it
-cannot be built."""
+used only where allowed, for float32 on a CPU; its build is announced; and t2t_lite falls back
+to tf.matmul, saying why in one line, when it cannot be built (no OpenBLAS package, no
+compiler, a failed build)."""
 import os
 import shutil
 import subprocess
@@ -112,20 +113,51 @@ def test_turned_off_by_the_environment_variable():
     assert "in use: False" in result.stdout, result.stderr
 
 
-def test_a_failed_build_falls_back_to_tf_matmul_and_says_why(tmp_path):
-    result = run_python("""
-        import numpy as np, tensorflow as tf
-        from t2t_lite.blas import matmul as blas
-        a, b = tf.ones([3, 2]), tf.ones([3, 4])
-        with blas.allowed():
-            print("in use:", blas.in_use(a, b))
-            print("product:", blas.matmul(a, b, transpose_a=True).numpy().tolist())
-        """, CXX=os.path.join(str(tmp_path), "no-such-compiler"),
-        T2T_LITE_CACHE=str(tmp_path / "cache"))
+FALLBACK = """
+    import numpy as np, sys, tensorflow as tf
+    from t2t_lite.blas import matmul as blas
+    a, b = tf.ones([3, 2]), tf.ones([3, 4])
+    with blas.allowed():
+        print("in use:", blas.in_use(a, b))
+        print("product:", blas.matmul(a, b, transpose_a=True).numpy().tolist())
+    """
+
+
+def fallback_line(stderr):
+    """The one console line of a fallback: the CPU kernels chosen, with the reason (beside
+    TensorFlow's own start-up lines)."""
+    lines = [line for line in stderr.splitlines() if "BLAS" in line or "CPU kernels" in line]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("CPU kernels: oneDNN "), stderr
+    assert "weight gradients by TensorFlow's kernels, inter_op 0 (" in lines[0], stderr
+    return lines[0]
+
+
+def test_without_a_compiler_tf_matmul_and_one_line_saying_why(tmp_path):
+    result = run_python(FALLBACK, CXX=os.path.join(str(tmp_path), "no-such-compiler"),
+                        T2T_LITE_CACHE=str(tmp_path / "cache"), T2T_LITE_CPU_KERNELS="default")
     assert "in use: False" in result.stdout, result.stderr
     assert "product: " + str([[3.0] * 4] * 2) in result.stdout
-    assert "BLAS matmul kernels unavailable (no C++ compiler" in result.stderr
-    assert not list((tmp_path / "cache").rglob("*.so"))
+    assert fallback_line(result.stderr).endswith(
+        f"; no BLAS op: no C++ compiler (set CXX, or install g++): {tmp_path}/no-such-compiler)")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_without_the_openblas_package_tf_matmul_and_one_line_saying_how_to_install_it(tmp_path):
+    hidden = "import sys\nsys.modules['scipy_openblas32'] = None  # as if not installed\n"
+    result = run_python(hidden + textwrap.dedent(FALLBACK), T2T_LITE_CACHE=str(tmp_path),
+                        T2T_LITE_CPU_KERNELS="onednn+blas")
+    assert "in use: False" in result.stdout, result.stderr
+    assert "product: " + str([[3.0] * 4] * 2) in result.stdout
+    assert fallback_line(result.stderr).endswith(
+        "; no BLAS op: the scipy-openblas32 package is not installed "
+        "(pip install 't2t_lite[blas]'))")
+    # Asked for directly, the library says the same.
+    result = run_python(hidden + textwrap.dedent(LOAD), T2T_LITE_CACHE=str(tmp_path))
+    assert "loaded: False" in result.stdout
+    assert ("BLAS matmul kernels unavailable (the scipy-openblas32 package is not installed "
+            "(pip install 't2t_lite[blas]'") in result.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def fake_compiler(tmp_path, body):
@@ -160,6 +192,14 @@ def test_a_compile_error_is_named_kept_and_not_repeated(tmp_path):
     environment = {"CXX": compiler, "T2T_LITE_CACHE": str(tmp_path / "cache")}
     result = run_python(LOAD, **environment)
     assert "loaded: False" in result.stdout, result.stderr
+    # Announced before it starts: what, why, how long, where, and how to do without it.
+    announced = [line for line in result.stderr.splitlines() if "BLAS" in line][0]
+    assert announced == (
+        "compiling the BLAS op of t2t_lite's weight gradients (OpenBLAS, faster than "
+        f"TensorFlow's kernels on some CPUs) from blas_matmul.cc with {compiler} against this "
+        "TensorFlow: about 10 s, once (at most 600 s); cached in "
+        f"{tmp_path / 'cache' / 'kernels'}; T2T_LITE_BLAS=0 or --cpu_kernels=onednn does "
+        "without it")
     assert "failed: blas_matmul.cc:1: error: something is wrong; its output: " in result.stderr
     logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
     assert len(logs) == 1 and "collect2" in logs[0].read_text()

@@ -10,6 +10,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding import search
+from t2t_lite.layers.attention import FixedLengthCache, GrowingCache, MemoryCache
 from t2t_lite.models.building import build_model
 
 VOCAB_SIZE = 20
@@ -38,12 +39,14 @@ def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs, fixed_le
     decoder_input = np.concatenate([np.zeros((3, 1), np.int32), targets[:, :-1]], axis=1)
     whole = model.decode(decoder_input, encoder_output, inputs_padding).numpy()
     cache = model.initial_cache(encoder_output, 9 if fixed_length else None)
+    assert isinstance(cache.self_attention[0], FixedLengthCache if fixed_length else GrowingCache)
+    assert all(isinstance(memory, MemoryCache) for memory in cache.memory)
     for position in range(9):
         logits, cache = model.decode_step(decoder_input[:, position], position, cache,
-                                          inputs_padding, fixed_length)
+                                          inputs_padding)
         np.testing.assert_allclose(logits.numpy(), whole[:, position], rtol=1e-4, atol=1e-4)
         cached_length = 9 if fixed_length else position + 1
-        assert cache[0]["self_attention"]["key"].shape[2] == cached_length
+        assert cache.self_attention[0].key.shape[2] == cached_length
 
 
 # How each search runs: the growing cache without XLA, the fixed-size one with it.
@@ -52,11 +55,11 @@ COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
 
 
 def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False,
-               step_kernels=False, traced=None, stop_after_finished=0):
+               decoding_layout=False, traced=None, stop_after_finished=0):
     """(ids, scores) of the search; `traced`, a list, receives the traced function's graph."""
     def run():
-        if step_kernels:  # as search.search runs them
-            with model.step_kernels():
+        if decoding_layout:  # as search.search runs them
+            with model.decoding_layout():
                 return run_without()
         return run_without()
 
@@ -107,13 +110,12 @@ def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_siz
 
 @pytest.mark.parametrize("compilation", list(COMPILATIONS))
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_kernels_laid_out_for_steps_give_the_same_output(model, inputs, beam_size,
-                                                         compilation):
+def test_the_decoding_layout_gives_the_same_output(model, inputs, beam_size, compilation):
     graphs = []
     want_ids, want_scores = run_search(model, inputs, beam_size, traced=graphs,
                                        **COMPILATIONS[compilation])
-    got_ids, got_scores = run_search(model, inputs, beam_size, step_kernels=True, traced=graphs,
-                                     **COMPILATIONS[compilation])
+    got_ids, got_scores = run_search(model, inputs, beam_size, decoding_layout=True,
+                                     traced=graphs, **COMPILATIONS[compilation])
     # The 2 decoder layers' 7 square or widening projections, in each traced step (the first
     # one and the loop's; the vocabulary projection is by the embedding transposed in both).
     added = matmuls_by_transposed_kernel(graphs[1]) - matmuls_by_transposed_kernel(graphs[0])

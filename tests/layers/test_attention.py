@@ -1,11 +1,12 @@
-"""Multi-head scaled dot-product attention (§3.2) and its padding and causal masks."""
+"""Multi-head scaled dot-product attention (§3.2), its padding and causal masks, and its decoding
+caches."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers.attention import (MultiHeadAttention, causal_bias,
-                                       padding_bias)
+from t2t_lite.layers.attention import (FixedLengthCache, GrowingCache, MemoryCache,
+                                       MultiHeadAttention, causal_bias, padding_bias)
 
 RNG = np.random.default_rng(0)
 
@@ -143,16 +144,18 @@ def test_the_four_projections_start_from_independent_draws():
 
 @pytest.mark.parametrize("queries_per_row", [1, 3])
 def test_beams_share_their_sentence_memory(queries_per_row):
-    """attend_to_memory with one memory row per n query rows (beam search's n beams of one
+    """A MemoryCache with one memory row per n query rows (beam search's n beams of one
     sentence): each query row attends over its own sentence's keys, as the §3.2.2 equations
     with the memory repeated per beam, padded keys masked."""
     layer = MultiHeadAttention(num_heads=2)
     memory = _random(2, 5, 8)
     queries = _random(2 * queries_per_row, 8)
     padding = np.array([[False] * 5, [False, False, False, True, True]])
-    layer(queries[:2, None, :], memory)  # builds the kernels
-    output = layer.attend_to_memory(queries, layer.project_memory(memory),
-                                    padding_bias(padding))
+    layer(queries[:2, None, :], memory)  # builds the projections
+    cache = layer.project_memory(memory)
+    assert isinstance(cache, MemoryCache) and tuple(cache.key.shape) == (2, 2, 5, 4)
+    output, returned = layer.call(queries, bias=padding_bias(padding), cache=cache)
+    assert returned is cache  # a memory's keys and values do not change
     repeated = np.repeat(memory, queries_per_row, axis=0)
     kept = np.repeat(~padding, queries_per_row, axis=0)
     expected = np.stack([
@@ -160,3 +163,34 @@ def test_beams_share_their_sentence_memory(queries_per_row):
         for row in range(len(queries))])
     assert tuple(output.shape) == (2 * queries_per_row, 8)
     np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("max_length", [None, 6])
+def test_one_call_a_position_with_a_cache_equals_the_causal_call(max_length):
+    """Self-attention one position at a time, each call with the cache of the earlier ones
+    (growing, or of fixed length 6), gives row by row what one causal call over the whole
+    sequence gives; the cache holds every position's keys and values."""
+    layer = MultiHeadAttention(num_heads=2)
+    x = _random(3, 4, 8)
+    whole = np.asarray(layer(x, bias=causal_bias(4)))
+    cache = layer.empty_cache(3, max_length)
+    assert isinstance(cache, GrowingCache if max_length is None else FixedLengthCache)
+    for position in range(4):
+        output, cache = layer(x[:, position], cache=cache, position=position)
+        assert tuple(output.shape) == (3, 8)
+        np.testing.assert_allclose(output, whole[:, position], rtol=1e-5, atol=1e-5)
+        cached = position + 1 if max_length is None else max_length
+        assert tuple(cache.key.shape) == tuple(cache.value.shape) == (3, 2, cached, 4)
+    keys = np.asarray(layer.split_heads(layer.key_dense(x)))
+    np.testing.assert_allclose(np.asarray(cache.key)[:, :, :4], keys, rtol=1e-6, atol=1e-6)
+
+
+def test_a_fixed_length_cache_writes_one_position_and_hides_the_later_ones():
+    cache = FixedLengthCache(np.zeros((1, 1, 3, 2), np.float32), np.zeros((1, 1, 3, 2), np.float32))
+    key, value = np.ones((1, 1, 1, 2), np.float32), np.full((1, 1, 1, 2), 2, np.float32)
+    cache, bias = cache.add(key, value, 1)
+    np.testing.assert_array_equal(np.asarray(cache.key)[0, 0, :, 0], [0, 1, 0])
+    np.testing.assert_array_equal(np.asarray(cache.value)[0, 0, :, 0], [0, 2, 0])
+    np.testing.assert_array_equal(np.asarray(bias)[0, 0, 0], [0, 0, -1e9])
+    grown, no_bias = GrowingCache(cache.key[:, :, :1], cache.value[:, :, :1]).add(key, value, 1)
+    assert tuple(grown.key.shape) == (1, 1, 2, 2) and no_bias is None

@@ -1,5 +1,5 @@
 """The projection layer is keras.layers.Dense: the same variables, config and values; where the
-BLAS kernels are allowed, the same gradients, with the kernel's gradient through the BLAS op."""
+BLAS op is allowed, the same gradients, with the kernel's gradient through the BLAS op."""
 import keras
 import numpy as np
 import pytest

@@ -56,8 +56,10 @@ def test_none_is_identity_and_final_norm_is_a_layer_norm():
 
 
 def test_bad_sequences_are_rejected():
-    with pytest.raises(ValueError, match="unknown operations"):
+    with pytest.raises(ValueError, match="sequence='nx': use 'none' or letters of 'nda'"):
         LayerProcess("nx")
+    with pytest.raises(ValueError, match="postprocess='': use 'none'"):
+        SublayerConnection("n", "")
     with pytest.raises(ValueError, match="residual"):
         SublayerConnection("a", "d")
     with pytest.raises(ValueError, match="residual"):

@@ -63,7 +63,8 @@ def test_average_restores_the_mean(output_dir, tmp_path, num_last, mean):
 def test_average_holds_only_the_model(output_dir, tmp_path):
     out = averaging.average_checkpoints(output_dir, 2, str(tmp_path / "model.ckpt"))
     keys = tf.train.load_checkpoint(out).get_variable_to_shape_map()
-    stored = {averaging.variable_path(key) for key in keys if key.startswith("model/")}
+    stored = {checkpoints.variable_path(key) for key in keys
+              if checkpoints.is_model_key(key)}
     assert stored == set(model_values(fresh_model()))
     assert not any(key.startswith("optimizer/") for key in keys)
     assert not [name for name in os.listdir(tmp_path) if ".incomplete" in name]
@@ -72,7 +73,8 @@ def test_average_holds_only_the_model(output_dir, tmp_path):
 
 def test_variable_path_unescapes_the_key():
     key = "model/transformer.Sencoder_layer_0.Sa..b/.ATTRIBUTES/VARIABLE_VALUE"
-    assert averaging.variable_path(key) == "transformer/encoder_layer_0/a.b"
+    assert checkpoints.variable_path(key) == "transformer/encoder_layer_0/a.b"
+    assert checkpoints.checkpoint_key("transformer/encoder_layer_0/a.b") == key
 
 
 def test_too_few_or_no_checkpoints(output_dir, tmp_path):

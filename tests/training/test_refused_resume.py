@@ -149,9 +149,9 @@ def valid_record() -> dict:
     (lambda record: record["hparams"].update(hidden_sise=32),
      "unknown hparam 'hidden_sise'. Did you mean 'hidden_size'?"),
     (lambda record: record["hparams"].update(hidden_size="32"),
-     "hparam hidden_size is '32': expected int"),
+     "hparam hidden_size='32': expected int"),
     (lambda record: record["hparams"].update(learning_rate_schedule="constant"),
-     "hparam learning_rate_schedule is 'constant': expected a list of names"),
+     "hparam learning_rate_schedule='constant': expected a list of names"),
     (lambda record: record["hparams"].update(num_heads=3), "hidden_size=32 is not divisible"),
 ])
 def test_a_hand_edited_record_names_the_key(tmp_path, damage, message):

@@ -11,8 +11,23 @@ def strategy_on(*devices):
     return types.SimpleNamespace(extended=types.SimpleNamespace(worker_devices=devices))
 
 
+def logical_devices(*names):
+    return lambda device_type=None: [types.SimpleNamespace(name=name) for name in names]
+
+
+def test_the_default_strategy_follows_the_devices_tensorflow_places_on(monkeypatch):
+    """The default strategy names no devices: TensorFlow places ops on a GPU if there is one.
+    The host's devices are replaced here, so that the test passes on any host."""
+    default = tf.distribute.get_strategy()
+    monkeypatch.setattr(tf.config, "list_logical_devices",
+                        logical_devices("/device:CPU:0"))
+    assert not trainer.xla_pays(default)
+    monkeypatch.setattr(tf.config, "list_logical_devices",
+                        logical_devices("/device:CPU:0", "/device:GPU:0"))
+    assert trainer.xla_pays(default)
+
+
 def test_xla_on_accelerators_only():
-    assert not trainer.xla_pays(tf.distribute.get_strategy())  # this machine: CPU only
     assert not trainer.xla_pays(strategy_on("/job:localhost/replica:0/task:0/device:CPU:0",
                                             "/job:localhost/replica:0/task:0/device:CPU:1"))
     assert trainer.xla_pays(strategy_on("/job:worker/replica:0/task:0/device:GPU:0"))

@@ -22,7 +22,7 @@ Prints "DECODE {json}" with the keys of opennmt_tf/decode.py's infer: ready_at (
 when the model was loaded), written_at, first_pass_seconds, seconds, cpu_seconds,
 passes_differ, sentences, batches, latency_seconds, peak_rss_mb (this process's VmHWM) and
 versions; also torch_threads (PyTorch's pools as set). Imports eole, torch and the standard
-library only; the timing functions are opennmt_tf/decode.py's (standard library at import).
+library only, and the harness's clocks (benchmarks/harness.py: the standard library at import).
 """
 import argparse
 import importlib.util
@@ -31,18 +31,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+import harness  # noqa: E402  (benchmarks/harness.py: the standard library only at import)
 
-
-def load(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-timing = load("opennmt_tf_decode", os.path.join(os.path.dirname(HERE), "opennmt_tf",
-                                                "decode.py"))
-launch = load("eole_launch", os.path.join(HERE, "launch.py"))
+_spec = importlib.util.spec_from_file_location("eole_launch", os.path.join(HERE, "launch.py"))
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
 
 
 def command(venv_python: str, config: str, output: str, latency_source: str,
@@ -90,23 +84,17 @@ def timed_infer_file(infer_file, latency_lines: list, result: dict):
         returned = infer_file(engine)
         result.update(written_at=time.time(), first_pass_seconds=time.perf_counter() - start)
 
-        start, cpu = time.perf_counter(), timing.cpu_seconds()
+        start, cpu = time.perf_counter(), harness.cpu_seconds()
         _, _, predictions = engine._flatten_results(
             *engine._predict(engine._build_inference_iterator()))
         result.update(seconds=time.perf_counter() - start,
-                      cpu_seconds=timing.cpu_seconds() - cpu, sentences=len(predictions),
+                      cpu_seconds=harness.cpu_seconds() - cpu, sentences=len(predictions),
                       batches=-(-len(predictions) // engine.config.batch_size))
-        with open(engine.config.output, "rb") as handle:  # as eole writes it
-            result["passes_differ"] = timing.differing_lines(
-                handle.read(), ("\n".join(predictions) + "\n").encode("utf-8"))
-
-        engine.infer_list(latency_lines[:1])  # warm-up for batches of one
-        latencies = []
-        for line in latency_lines:
-            start = time.perf_counter()
-            engine.infer_list([line])
-            latencies.append(time.perf_counter() - start)
-        result["latency_seconds"] = latencies
+        with open(engine.config.output, encoding="utf-8") as handle:  # as eole writes it
+            result["passes_differ"] = harness.differing_lines(handle.read().splitlines(),
+                                                              predictions)
+        result["latency_seconds"] = harness.latencies(lambda line: engine.infer_list([line]),
+                                                      latency_lines)
         return returned
 
     return timed
@@ -130,8 +118,8 @@ def main(argv: list = None):
         raise SystemExit("eole ran no file inference: give it `predict -config ...`")
     result.update(torch_threads={"intra_op": torch.get_num_threads(),
                                  "inter_op": torch.get_num_interop_threads()},
-                  peak_rss_mb=timing.peak_rss_mb())
-    timing.report(result)
+                  peak_rss_mb=harness.peak_rss_mb())
+    harness.print_result("DECODE", result)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@
 README.md lists what was checked in eole's source and what differs from t2t_lite.
 """
 import datetime
+import filecmp
 import math
 import os
 import re
@@ -54,21 +55,21 @@ from importlib import metadata
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
+common.load_tensorflow()  # the programs' start: CPU kernels, then a quiet TensorFlow
 
 from t2t_lite.data.problem import TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
 from t2t_lite.training import schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.dirname(HERE)  # the peers' shared modules
-if PEERS not in sys.path:
-    sys.path.insert(0, PEERS)
-import peer_environment  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))  # the peers' shared modules
+import peer_environment  # noqa: E402  (it puts benchmarks/, the harness's, on sys.path too)
 import peer_training  # noqa: E402
-# NO_PYTHON_EXIT_STATUS: for callers that load this file, as decode_speed.py loads opennmt_tf's.
-from peer_environment import NO_PYTHON_EXIT_STATUS, PeerError  # noqa: E402,F401
+import harness  # noqa: E402
+from harness import fmt  # noqa: E402
+from peer_environment import PeerError  # noqa: E402
 from peer_training import (DECODE, DECODE_BATCH_SIZE, HPARAMS_SET, PROBLEM,  # noqa: E402
-                           fmt, prepare_data, throughput, write_yaml)
+                           prepare_data, throughput, write_yaml)
 
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "eole")
 LAUNCH = os.path.join(HERE, "launch.py")
@@ -91,36 +92,12 @@ EOLE_SPECIALS = ("<unk>", "<blank>", "<s>", "</s>")  # eole's DefaultTokens, ids
 def define_flags():
     """run.py's flags (defined when it runs as a program), named as opennmt_tf/run.py's:
     peer_training's shared ones and its own."""
-    peer_training.define_shared_flags()
+    peer_training.define_shared_flags(DEFAULT_VENV_DIR, "3.11", "PyTorch", minutes=False)
     flags.adopt_module_key_flags(peer_training)
-    flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "eole's virtual environment (created when "
-                        "missing, reused when present).")
-    flags.DEFINE_string("python", None, "Python 3.11 to create the environment with (default: "
-                        "python3.11 on PATH or under pyenv).")
-    flags.DEFINE_integer("train_steps", 0, "Train until this update (eole's train_steps; "
-                         "required).")
-    flags.DEFINE_float("train_minutes", 0, "Not supported: eole 0.6.4 stops only at its "
-                       "train_steps (0 is the only accepted value).")
-    flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, eole's "
-                       "learning_rate under decay_method noam (default: transformer_small's).")
-    flags.DEFINE_boolean("continue_training", False, "Train further from the latest checkpoint "
-                         "in --work_dir/model (eole's train_from, optimizer state and update "
-                         "count included; --train_steps still counts from update 0) instead "
-                         "of a fresh model. The schedule flags must be the ones that model was "
-                         "trained with.")
-    flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
-                         "(save_checkpoint_steps).")
-    flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, GNMT length "
-                         "penalty 0.6) and score it with sacreBLEU.")
     flags.DEFINE_string("ctranslate2_dir", None, "Convert the decoded model (the average, or the "
                         "last checkpoint) to a float32 CTranslate2 4.x model in this folder.")
     flags.DEFINE_boolean("dev_bleu", False, "Score the last checkpoint on the dev BLEU sentences "
                          "(greedy); implied by --dev_bleu_source / --dev_bleu_reference.")
-    flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU, one a line "
-                        "(default: the first --dev_bleu_sentences of the dev split).")
-    flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the dev BLEU when no files "
-                         "are given.")
-    flags.DEFINE_integer("log_every", 25, "Updates per log line (report_every).")
     flags.DEFINE_integer("num_workers", 2, "eole's num_workers: processes that read and batch the "
                          "training data (eole's default 2; 0: in the training process).",
                          lower_bound=0)
@@ -128,11 +105,6 @@ def define_flags():
                          "and cut into batches at a time, per data worker (0: one pass over the "
                          "worker's share of the training pairs; eole's default 262,144 would "
                          "hold about 18 copies of each pair of Multi30k).", lower_bound=0)
-    flags.DEFINE_integer("seed", 1, "eole's seed.")
-    flags.DEFINE_integer("intra_op_parallelism_threads", 0, "torch.set_num_threads (0: PyTorch's "
-                         "choice).", lower_bound=0)
-    flags.DEFINE_integer("inter_op_parallelism_threads", 0, "torch.set_num_interop_threads (0: "
-                         "PyTorch's choice).", lower_bound=0)
 
 
 # --- Environment -------------------------------------------------------------------------------
@@ -334,13 +306,14 @@ def train_config(hparams, data: dict, model_dir: str, run: dict) -> dict:
 
 
 def predict_config(model_path: str, source: str, output: str, beam_size: int,
-                   length_penalty: str, alpha: float, max_length: int, seed: int = 1) -> dict:
-    """eole's inference configuration (`eole predict -config`): 32 sentences a batch, one fixed
-    length limit (max_length_ratio 0; eole's default would take min(max_length, 2 * the batch's
-    source length + 5))."""
+                   length_penalty: str, alpha: float, max_length: int, seed: int = 1,
+                   batch_size: int = DECODE_BATCH_SIZE) -> dict:
+    """eole's inference configuration (`eole predict -config`): `batch_size` sentences a batch
+    (t2t_lite's default 32), one fixed length limit (max_length_ratio 0; eole's default would
+    take min(max_length, 2 * the batch's source length + 5))."""
     config = {"model_path": model_path, "src": source, "output": output,
               "seed": seed, "world_size": 1, "gpu_ranks": [], "compute_dtype": "fp32",
-              "batch_type": "sents", "batch_size": DECODE_BATCH_SIZE,
+              "batch_type": "sents", "batch_size": batch_size,
               "beam_size": beam_size, "length_penalty": length_penalty,
               "max_length": max_length, "max_length_ratio": 0.0}
     if length_penalty != "none":
@@ -556,6 +529,46 @@ def convert_to_ctranslate2(venv_python: str, model_path: str, output_dir: str,
             "ctranslate2_source_eos": f"source tokens end with {SOURCE_EOS!r}, as in training"}
 
 
+# --- Decoding speed: eole predict and CTranslate2 (benchmarks/decode_speed.py --compare) --------
+
+def prepare_decoding(work_dir: str, pieces, out_dir: str, sources: list, latency_sources: list,
+                     beam_size: int, alpha: float, batch_size: int, model: str = None) -> dict:
+    """What `eole predict` and CTranslate2 need to translate `sources` with the model run.py
+    trained in `work_dir` (opennmt_tf/run.py's `prepare_decoding` for eole), once its vocabulary
+    is checked to be this data dir's: the sources and latency sentences as eole's tokens and
+    decode.yaml (beam_size, GNMT's length penalty with alpha, batch_size sentences a batch) in
+    `out_dir`. The model is `model`, else what --decode translated (decode.py's
+    `decoding_model`). Returns their paths, the model, the length limit and the settings."""
+    model_dir = os.path.join(work_dir, "model")
+    saved = checkpoints(model_dir)
+    if not (model or saved):
+        raise PeerError(f"no checkpoint in {model_dir} (train the eole peer there first: its "
+                        f"run.py --work_dir={work_dir})")
+    os.makedirs(out_dir, exist_ok=True)
+    vocabularies = [os.path.join(out_dir, "eole_vocab.txt"),
+                    os.path.join(work_dir, "data", "eole_vocab.txt")]  # ours, the model's
+    write_vocabulary(pieces, vocabularies[0])
+    if not os.path.exists(vocabularies[1]) or not filecmp.cmp(*vocabularies, shallow=False):
+        raise PeerError(f"{vocabularies[1]} is missing or not the vocabulary of this data dir's "
+                        f"SentencePiece model")
+    eole = {"model": model or harness.peer_module("eole/decode.py").decoding_model(model_dir,
+                                                                                   saved),
+            **{name: os.path.join(out_dir, file) for name, file in (
+                ("source", "source.tokens"), ("latency_source", "latency.tokens"),
+                ("config", "decode.yaml"))},
+            "max_decoding_length": max_decoding_length()}
+    for path, lines in ((eole["source"], sources), (eole["latency_source"], latency_sources)):
+        write_sources(path, lines, pieces)
+    config = predict_config(eole["model"], eole["source"],
+                            os.path.join(out_dir, "predictions.tokens"), beam_size, "wu", alpha,
+                            eole["max_decoding_length"], batch_size=batch_size)
+    write_yaml(eole["config"], config)
+    eole["settings"] = {key: config[key] for key in (
+        "beam_size", "length_penalty", "alpha", "batch_type", "batch_size", "max_length",
+        "max_length_ratio")}
+    return eole
+
+
 # --- The run ---------------------------------------------------------------------------------
 
 def prepare(problem, work_dir: str, hparams) -> tuple:
@@ -684,27 +697,10 @@ def main(unused_argv):
     if FLAGS.train_minutes:
         raise PeerError("--train_minutes is not supported: eole 0.6.4 stops only at "
                         "train_steps; give --train_steps alone")
-    start = time.time()
-    venv_python = ensure_environment(os.path.expanduser(FLAGS.venv_dir), FLAGS.python)
-    setup_seconds = time.time() - start
-    versions = installed_versions(venv_python)
-
-    hparams = peer_training.peer_hparams(FLAGS.warmup_steps, FLAGS.learning_rate_constant)
-    check_representable(hparams)
-    problem = peer_training.problem_with_data(FLAGS.data_dir, FLAGS.tmp_dir)
-
-    result = {"toolkit": f"eole {versions['eole']} / PyTorch {versions['torch']}",
-              "python": versions["python"], "versions": versions,
-              "setup_seconds": setup_seconds,
-              "warmup_steps": hparams.learning_rate_warmup_steps,
-              "learning_rate_constant": hparams.learning_rate_constant,
-              "train_steps_limit": FLAGS.train_steps, "train_minutes_limit": 0,
-              "num_workers": FLAGS.num_workers,
-              "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
-              "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads}
-    result.update(train_and_score(venv_python, hparams, problem, versions))
-    print_table(result, hparams)
-    peer_training.write_json(FLAGS.output_json, result)
+    peer_training.run(ensure_environment, installed_versions, check_representable,
+                      train_and_score, print_table,
+                      lambda versions: f"eole {versions['eole']} / PyTorch {versions['torch']}",
+                      {"num_workers": FLAGS.num_workers})
 
 
 if __name__ == "__main__":

@@ -40,42 +40,22 @@ and versions; infer also onednn (TensorFlow's oneDNN on or off in this process) 
 (onmt-main's thread flags). decode_speed.py computes load and end-to-end times from its own
 clock just before it started the process. Sources and outputs are OpenNMT-tf's space-separated
 tokens; run.py's PieceTokens turns them into text. This file imports only OpenNMT-tf,
-CTranslate2, PyYAML and the standard library (it runs in the peer's environment or
-CTranslate2's).
+CTranslate2, PyYAML, the standard library and the harness's clocks (benchmarks/harness.py:
+the standard library at import); it runs in the peer's environment or CTranslate2's.
 """
 import argparse
 import io
 import json
-import resource
+import os
 import sys
 import time
 
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB: VmHWM in /proc/self/status, the high-water
-    mark of its own address space. Not getrusage's ru_maxrss: Linux carries that over an exec
-    from the process that started this one, so a child of a 700 MB Python would report at
-    least 700 MB (ru_maxrss is the fallback where /proc is missing)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process so far, every thread, user and system: beside a pass's wall
-    time it tells a pass that waited for the CPU (another process on it) from one that did more
-    work."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import harness  # noqa: E402  (benchmarks/harness.py: the standard library only at import)
 
 
 def report(result: dict):
-    print("DECODE " + json.dumps(result), flush=True)
+    harness.print_result("DECODE", result)
 
 
 def merged(base: dict, overrides: dict) -> dict:
@@ -102,11 +82,6 @@ def write_config(args):
 
 
 # --- onmt-main infer ------------------------------------------------------------------------------
-
-def onednn_enabled() -> bool:
-    from tensorflow.python.util import _pywrap_util_port
-    return bool(_pywrap_util_port.IsMklEnabled())
-
 
 def timed_predict_dataset(latency_source: str, result: dict):
     """A replacement for `opennmt.inference.predict_dataset` that fills `result`: the first
@@ -138,32 +113,23 @@ def timed_predict_dataset(latency_source: str, result: dict):
                 batches += 1
             return sentences, batches
 
-        start = time.perf_counter()
-        with open(predictions_file, "w", encoding="utf-8") as stream:
-            translate_all(stream)
-        result["written_at"] = time.time()
-        result["first_pass_seconds"] = time.perf_counter() - start
+        def predictions() -> list:  # in input order, by OpenNMT-tf's own writer
+            stream = io.BytesIO()  # print_prediction writes bytes to a stream without .buffer
+            result["sentences"], result["batches"] = translate_all(stream)
+            return stream.getvalue().splitlines(keepends=True)
 
-        second = io.BytesIO()  # print_prediction writes bytes to a stream without .buffer
-        start, cpu = time.perf_counter(), cpu_seconds()
-        sentences, batches = translate_all(second)
-        result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu)
-        with open(predictions_file, "rb") as handle:
-            result["passes_differ"] = differing_lines(handle.read(), second.getvalue())
-        result.update(sentences=sentences, batches=batches)
+        def write(lines):
+            with open(predictions_file, "wb") as handle:
+                handle.writelines(lines)
+        harness.two_passes(predictions, write, result)
 
         # The same function on batches of one sentence (its input signature has no fixed
         # batch size); the dataset adds the same "index" feature when it buckets by length.
         singles = list(model.examples_inputter.make_inference_dataset(
             latency_source, 1, length_bucket_width=(print_params or {}).get(
                 "length_bucket_width")))
-        to_numpy(infer_fn(singles[0]))  # warm-up for batches of one
-        latencies = []
-        for features in singles:
-            start = time.perf_counter()
-            to_numpy(infer_fn(features))
-            latencies.append(time.perf_counter() - start)
-        result["latency_seconds"] = latencies
+        result["latency_seconds"] = harness.latencies(
+            lambda features: to_numpy(infer_fn(features)), singles)
 
     return predict_dataset
 
@@ -175,13 +141,13 @@ def run_infer(args, onmt_args: list):
     from opennmt.bin import main as onmt_main
 
     result = {"versions": {"opennmt_tf": opennmt.__version__, "tensorflow": tf.__version__},
-              "onednn": onednn_enabled(), "tf_threads": thread_settings(onmt_args)}
+              "onednn": harness.onednn_enabled(), "tf_threads": thread_settings(onmt_args)}
     inference.predict_dataset = timed_predict_dataset(args.latency_source, result)
     sys.argv = ["onmt-main"] + onmt_args
     onmt_main.main()
     if "seconds" not in result:
         raise SystemExit("onmt-main ran no inference: give it the `infer` command")
-    result["peak_rss_mb"] = peak_rss_mb()
+    result["peak_rss_mb"] = harness.peak_rss_mb()
     report(result)
 
 
@@ -192,13 +158,6 @@ def thread_settings(onmt_args: list) -> dict:
         flag = "--" + name
         settings[name] = int(onmt_args[onmt_args.index(flag) + 1]) if flag in onmt_args else 0
     return settings
-
-
-def differing_lines(first: bytes, second: bytes) -> int:
-    """Lines that differ between two passes' outputs (a different line count counts the extra
-    lines too): decoding is deterministic, so this should be 0."""
-    a, b = first.splitlines(), second.splitlines()
-    return sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
 
 
 # --- CTranslate2 ----------------------------------------------------------------------------------
@@ -228,28 +187,14 @@ def run_ctranslate2(args):
         return [" ".join(item.hypotheses[0]) + "\n"
                 for item in translator.translate_batch(sources, **options)]
 
-    start = time.perf_counter()
-    with open(args.output, "w", encoding="utf-8") as handle:
-        handle.writelines(translate_all())
-    result["written_at"] = time.time()
-    result["first_pass_seconds"] = time.perf_counter() - start
-
-    start, cpu = time.perf_counter(), cpu_seconds()
-    second = translate_all()
-    result.update(seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu,
-                  sentences=len(sources),
-                  batches=-(-len(sources) // args.batch_size))
-    with open(args.output, "rb") as handle:
-        result["passes_differ"] = differing_lines(handle.read(),
-                                                  "".join(second).encode("utf-8"))
-
-    translator.translate_batch(singles[:1], **options)  # warm-up for batches of one
-    latencies = []
-    for tokens in singles:
-        start = time.perf_counter()
-        translator.translate_batch([tokens], **options)
-        latencies.append(time.perf_counter() - start)
-    result.update(latency_seconds=latencies, peak_rss_mb=peak_rss_mb())
+    def write(lines):
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.writelines(lines)
+    harness.two_passes(translate_all, write, result)
+    result.update(sentences=len(sources), batches=-(-len(sources) // args.batch_size),
+                  latency_seconds=harness.latencies(
+                      lambda tokens: translator.translate_batch([tokens], **options), singles),
+                  peak_rss_mb=harness.peak_rss_mb())
     report(result)
 
 

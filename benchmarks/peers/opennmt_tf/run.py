@@ -79,28 +79,28 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from importlib import metadata
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
+common.load_tensorflow()  # the programs' start: CPU kernels, then a quiet TensorFlow
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
 from t2t_lite.training import losses, schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.dirname(HERE)  # the peers' shared modules
-if PEERS not in sys.path:
-    sys.path.insert(0, PEERS)
-import peer_environment  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))  # the peers' shared modules
+import peer_environment  # noqa: E402  (it puts benchmarks/, the harness's, on sys.path too)
 import peer_training  # noqa: E402
-# PieceTokens and NO_PYTHON_EXIT_STATUS: also decode_speed.py's (peer.PieceTokens, ...).
-from peer_environment import NO_PYTHON_EXIT_STATUS, PeerError  # noqa: E402,F401
+import harness  # noqa: E402
+from harness import fmt  # noqa: E402
+# PieceTokens: also decode_speed.py's (peer.PieceTokens).
+from peer_environment import PeerError  # noqa: E402
 from peer_training import (DECODE, DECODE_BATCH_SIZE, HPARAMS_SET, PROBLEM,  # noqa: E402,F401
-                           PieceTokens, fmt, prepare_data, throughput, write_yaml)
+                           PieceTokens, prepare_data, throughput, write_yaml)
 
 DEFAULT_VENV_DIR = os.path.join("~", ".cache", "t2t_lite", "peers", "opennmt_tf")
 TIMED_TRAIN = os.path.join(HERE, "timed_train.py")
@@ -117,44 +117,15 @@ def define_flags():
     """run.py's flags, defined when it runs as a program (decode_speed.py imports this file
     for its functions and has flags of the same names): peer_training's shared ones and its
     own."""
-    peer_training.define_shared_flags()
+    peer_training.define_shared_flags(DEFAULT_VENV_DIR, "3.10 or 3.11", "onmt-main")
     flags.adopt_module_key_flags(peer_training)
-    flags.DEFINE_string("venv_dir", DEFAULT_VENV_DIR, "OpenNMT-tf's virtual environment (created "
-                        "when missing, reused when present).")
-    flags.DEFINE_string("python", None, "Python 3.10 or 3.11 to create the environment with "
-                        "(default: the first python3.11 or python3.10 on PATH or under pyenv).")
-    flags.DEFINE_integer("train_steps", 0, "Stop after this many updates (train.max_step; 0: no "
-                         "limit).")
-    flags.DEFINE_float("train_minutes", 0, "Stop after this many minutes of training (0: no "
-                       "limit).")
-    flags.DEFINE_float("learning_rate_constant", None, "learning_rate_constant, NoamDecay's scale "
-                       "(default: transformer_small's).")
-    flags.DEFINE_boolean("continue_training", False, "Train further from the checkpoints already "
-                         "in --work_dir/model (OpenNMT-tf restores the latest; --train_steps "
-                         "then counts from update 0, as train.max_step does) instead of "
-                         "starting a fresh model. The schedule flags must be the ones that "
-                         "model was trained with.")
-    flags.DEFINE_integer("save_every", 100, "Updates between checkpoints "
-                         "(train.save_checkpoints_steps).")
-    flags.DEFINE_boolean("decode", False, "Translate test_2016_flickr (beam 4, length penalty "
-                         "0.6) and score it with sacreBLEU.")
     flags.DEFINE_boolean("dev_loss", False, "After training, the dev loss of the last checkpoint "
                          "(`onmt-main eval` on the whole dev split).")
     flags.DEFINE_float("curve_every_minutes", 0, "Keep the model's weights every this many minutes "
                        "of training and after the last update, and after training score each on "
                        "the dev BLEU sentences (greedy); 0: no curve.")
-    flags.DEFINE_string("dev_bleu_source", None, "German sentences of the dev BLEU curve, one a "
-                        "line (default: the first --dev_bleu_sentences of the dev split).")
-    flags.DEFINE_integer("dev_bleu_sentences", 100, "Dev sentences of the curve when no files are "
-                         "given.")
-    flags.DEFINE_integer("log_every", 25, "Updates per log line (train.save_summary_steps).")
     flags.DEFINE_boolean("jit_compile", False, "onmt-main --jit_compile (XLA; OpenNMT-tf then pads "
                          "batches to multiples of 8).")
-    flags.DEFINE_integer("seed", 1, "onmt-main --seed.")
-    flags.DEFINE_integer("intra_op_parallelism_threads", 0, "onmt-main "
-                         "--intra_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
-    flags.DEFINE_integer("inter_op_parallelism_threads", 0, "onmt-main "
-                         "--inter_op_parallelism_threads (0: TensorFlow's choice).", lower_bound=0)
 
 
 # --- Environment -------------------------------------------------------------------------------
@@ -352,7 +323,7 @@ def checkpoint_count(model_dir: str) -> int:
 
 # --- The run ---------------------------------------------------------------------------------
 
-def train_and_score(venv_python: str, hparams, problem) -> dict:
+def train_and_score(venv_python: str, hparams, problem, versions: dict) -> dict:
     work_dir = os.path.abspath(FLAGS.work_dir)
     data_dir = os.path.abspath(FLAGS.data_dir)
     model_dir = os.path.join(work_dir, "model")
@@ -505,20 +476,6 @@ def decoding_checkpoint(work_dir: str) -> str:
                     f"first (run.py --work_dir={work_dir})")
 
 
-def peer_output(command: list, marker: str, log_path: str) -> dict:
-    """Runs a peer program; returns the JSON of its last stdout line starting with `marker`.
-    Its whole output goes to `log_path`; a failure names it and shows its end."""
-    output = subprocess.run(command, capture_output=True, text=True)
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write(output.stdout + output.stderr)
-    lines = [line for line in output.stdout.splitlines() if line.startswith(marker + " ")]
-    if output.returncode or not lines:
-        tail = (output.stdout + output.stderr)[-3000:]
-        raise PeerError(f"{' '.join(command[:3])} failed (exit status {output.returncode}); "
-                        f"{log_path} has its output, which ends:\n{tail}")
-    return json.loads(lines[-1][len(marker) + 1:])
-
-
 def prepare_decoding(venv_python: str, work_dir: str, pieces, out_dir: str, sources: list,
                      latency_sources: list, beam_size: int, alpha: float, batch_size: int,
                      length_bucket_width: int = INFER_LENGTH_BUCKET_WIDTH,
@@ -553,9 +510,10 @@ def prepare_decoding(venv_python: str, work_dir: str, pieces, out_dir: str, sour
                  "params": {"beam_width": beam_size, "length_penalty": alpha},
                  "infer": {"batch_size": batch_size, "batch_type": "examples",
                            "length_bucket_width": length_bucket_width}}
-    config = peer_output([venv_python, DECODE_SCRIPT, "config", f"--output={setup['config']}",
-                          f"--overrides={json.dumps(overrides)}", paths["config.yml"]],
-                         "CONFIG", os.path.join(out_dir, "config.log"))
+    config = harness.run_child([venv_python, DECODE_SCRIPT, "config",
+                                f"--output={setup['config']}",
+                                f"--overrides={json.dumps(overrides)}", paths["config.yml"]],
+                               None, "CONFIG", os.path.join(out_dir, "config.log"))
     setup["max_decoding_length"] = config.get("params", {}).get(
         "maximum_decoding_length", ONMT_DEFAULT_MAXIMUM_DECODING_LENGTH)
     setup["length_bucket_width"] = length_bucket_width
@@ -637,26 +595,11 @@ def print_table(result: dict, hparams):
 def main(unused_argv):
     if not FLAGS.train_steps and not FLAGS.train_minutes:
         raise PeerError("give --train_steps or --train_minutes (or both)")
-    start = time.time()
-    venv_python = ensure_environment(os.path.expanduser(FLAGS.venv_dir), FLAGS.python)
-    setup_seconds = time.time() - start
-    versions = installed_versions(venv_python)
-
-    hparams = peer_training.peer_hparams(FLAGS.warmup_steps, FLAGS.learning_rate_constant)
-    check_representable(hparams)
-    problem = peer_training.problem_with_data(FLAGS.data_dir, FLAGS.tmp_dir)
-
-    result = {"toolkit": f"OpenNMT-tf {versions['opennmt_tf']} / TF {versions['tensorflow']}",
-              "python": versions["python"], "setup_seconds": setup_seconds,
-              "warmup_steps": hparams.learning_rate_warmup_steps,
-              "learning_rate_constant": hparams.learning_rate_constant,
-              "train_steps_limit": FLAGS.train_steps, "train_minutes_limit": FLAGS.train_minutes,
-              "jit_compile": FLAGS.jit_compile,
-              "intra_op_parallelism_threads": FLAGS.intra_op_parallelism_threads,
-              "inter_op_parallelism_threads": FLAGS.inter_op_parallelism_threads}
-    result.update(train_and_score(venv_python, hparams, problem))
-    print_table(result, hparams)
-    peer_training.write_json(FLAGS.output_json, result)
+    peer_training.run(
+        ensure_environment, installed_versions, check_representable, train_and_score,
+        print_table,
+        lambda versions: f"OpenNMT-tf {versions['opennmt_tf']} / TF {versions['tensorflow']}",
+        {"jit_compile": FLAGS.jit_compile})
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ built; the tracing of the training function counts), as t2t_lite's time limit st
 With --curve_dir, the model's weights (no optimizer state) are also written to DIR/ckpt-STEP
 every --curve_every seconds of the loop (checked after each update) and after the last update,
 and DIR/curve.json lists {step, seconds, path} for each: the checkpoints of the dev BLEU curve,
-decoded after training (benchmarks/learning_curves.py does the same for t2t_lite). They are
+decoded after training (benchmarks/multi30k_recipe.py does the same for t2t_lite). They are
 apart from OpenNMT-tf's own checkpoints, so they change neither its `keep_checkpoint_max` nor
 its averaging.
 

@@ -1,11 +1,13 @@
-"""Decoding steps' kernels laid out for their rows: the same values, in the layout chosen for
-square and widening kernels only, and for rank-2 inputs only."""
+"""Decoding steps' weight matrices laid out for their rows: the same values, in the layout chosen
+for square and widening matrices only, and for rank-2 inputs only."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers.decoding_kernels import transposed, transposed_for_steps
+from t2t_lite.layers.decoding_layout import transposed, transposed_for_decoding, weight_matrices
 from t2t_lite.layers.dense import Dense
+from t2t_lite.layers.feed_forward import FeedForward
 
 
 def matmul_transposes(function, *args):
@@ -25,7 +27,7 @@ def test_transposed_kernels_give_the_same_rows_for_square_and_widening_kernels(u
 
     @tf.function
     def steps(rows, sequence):
-        with transposed_for_steps([layer.kernel]):
+        with transposed_for_decoding([layer.kernel]):
             return layer(rows), layer(sequence)
 
     got_rows, got_sequence = steps(rows, sequence)
@@ -40,8 +42,18 @@ def test_transposed_kernels_give_the_same_rows_for_square_and_widening_kernels(u
 
 def test_copies_exist_only_inside_the_block():
     square, narrowing = tf.Variable(tf.zeros([4, 4])), tf.Variable(tf.zeros([4, 2]))
-    with transposed_for_steps([square, narrowing]):
+    with transposed_for_decoding([square, narrowing]):
         assert transposed(square) is not None and transposed(narrowing) is None
-        with transposed_for_steps([]):  # nested blocks keep the outer copies
+        with transposed_for_decoding([]):  # nested blocks keep the outer copies
             assert transposed(square) is not None
     assert transposed(square) is None
+
+
+def test_the_weight_matrices_are_the_dense_kernels_of_the_layers():
+    """Derived, not listed: a layer's every Dense projection, biases and norms left out."""
+    feed_forward, norm = FeedForward(16), keras.layers.LayerNormalization()
+    feed_forward.build((None, 4))
+    norm.build((None, 4))
+    matrices = weight_matrices([feed_forward, norm])
+    assert [id(matrix) for matrix in matrices] == [
+        id(feed_forward.filter_dense.kernel), id(feed_forward.output_dense.kernel)]
