@@ -57,6 +57,29 @@ def copy_task_data(tmp_path_factory):
     return generate
 
 
+# A copy model that copies the held-out sequences after 300 steps (dev token accuracy 1.0).
+COPY_MODEL_HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,"
+                      "batch_size=512,max_length=22,min_length_bucket=22,"
+                      "learning_rate_warmup_steps=100,learning_rate_constant=1.0,"
+                      "layer_prepostprocess_dropout=0,attention_dropout=0,relu_dropout=0")
+
+
+@pytest.fixture(scope="session")
+def trained_copy_model(copy_task_data, tmp_path_factory):
+    """(data_dir, output_dir, float32 hparams) of COPY_MODEL_HPARAMS trained in float32 for 300
+    steps, once per test process: the decoding and serving tests read it and write nothing into
+    output_dir (their exports go to folders of their own beside it)."""
+    from t2t_lite import registry
+    from t2t_lite.training import trainer
+    data_dir = copy_task_data(10_000, 100, 100)
+    output_dir = str(tmp_path_factory.mktemp("copy_model") / "train")
+    hparams = registry.hparams("transformer_tiny").override_from_string(COPY_MODEL_HPARAMS)
+    trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
+                  trainer.RunConfig(train_steps=300, eval_every=300, eval_steps=1,
+                                    save_checkpoints_steps=300, log_every_steps=100))
+    return data_dir, output_dir, hparams
+
+
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A function mounting a tmpfs of the given MiB at a new folder and returning its path (a

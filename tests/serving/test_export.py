@@ -41,19 +41,9 @@ def texts(tensor):
 
 
 @pytest.fixture(scope="module")
-def trained(copy_task_data, tmp_path_factory):
-    """(data_dir, output_dir) of a copy model that copies the held-out sequences (dev token
-    accuracy 1.0 after 300 steps, 10 s of training), trained in this process (trainer.train,
-    what t2t_lite-trainer runs)."""
-    from t2t_lite import registry
-    from t2t_lite.training import trainer
-    data_dir = copy_task_data(10_000, 100, 100)
-    output_dir = str(tmp_path_factory.mktemp("serving") / "train")
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
-    trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
-                  trainer.RunConfig(train_steps=300, eval_every=300, eval_steps=1,
-                                    save_checkpoints_steps=300, log_every_steps=100))
-    return data_dir, output_dir
+def trained(trained_copy_model):
+    """(data_dir, output_dir) of conftest's trained copy model."""
+    return trained_copy_model[:2]
 
 
 @pytest.fixture(scope="module")

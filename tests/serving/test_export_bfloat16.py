@@ -8,24 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=512,"
-           "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=100,"
-           "learning_rate_constant=1.0,layer_prepostprocess_dropout=0,attention_dropout=0,"
-           "relu_dropout=0")
-
 
 @pytest.fixture(scope="module")
-def trained(copy_task_data, tmp_path_factory):
-    """(data_dir, output_dir, the bfloat16 hparams) of a copy model trained in float32 (as in
-    test_export.py: dev token accuracy 1.0 after 300 steps)."""
-    from t2t_lite import registry
-    from t2t_lite.training import trainer
-    data_dir = copy_task_data(10_000, 100, 100)
-    output_dir = str(tmp_path_factory.mktemp("serving_bfloat16") / "train")
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
-    trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
-                  trainer.RunConfig(train_steps=300, eval_every=300, eval_steps=1,
-                                    save_checkpoints_steps=300, log_every_steps=100))
+def trained(trained_copy_model):
+    """(data_dir, output_dir, the bfloat16 hparams) of conftest's copy model trained in float32."""
+    data_dir, output_dir, hparams = trained_copy_model
     return data_dir, output_dir, hparams.override_from_string("mixed_precision=bfloat16")
 
 
@@ -34,7 +21,7 @@ def exported(trained):
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.serving.export import export
     data_dir, output_dir, hparams = trained
-    export_dir = os.path.join(os.path.dirname(output_dir), "export", "1")
+    export_dir = os.path.join(os.path.dirname(output_dir), "export_bfloat16", "1")
     export("algorithmic_copy", "transformer", hparams, data_dir, output_dir, export_dir,
            SearchHParams(beam_size=4, alpha=0.6))
     return export_dir
