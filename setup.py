@@ -26,8 +26,8 @@ INSTALL_REQUIRES = [
     "tqdm==4.70.1",
 ]
 # OpenBLAS for the weight-gradient op (t2t_lite/blas), compiled with g++ on first use, where the
-# CPU kernel choice takes it: `pip install ".[blas]"`. Without it training uses TensorFlow's
-# kernels and compiles nothing.
+# CPU tuning takes it: `pip install ".[blas]"`. Without it training uses TensorFlow's
+# matmul and compiles nothing.
 BLAS_REQUIRE = ["scipy-openblas32==0.3.34.481.3"]
 
 setuptools.setup(

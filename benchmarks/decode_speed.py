@@ -18,12 +18,12 @@ import sys
 import time
 
 # TF_ENABLE_ONEDNN_OPTS as this program was started, before t2t_lite's start below asks for
-# oneDNN (t2t_lite/cpu_kernels.py): recorded only; onmt-main infer's is --peer_onednn's.
+# oneDNN (t2t_lite/cpu_tuning.py): recorded only; onmt-main infer's is --peer_onednn's.
 CALLER_ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 
 from t2t_lite.bin import common  # noqa: E402
 from t2t_lite.bin.common import FLAGS, flags, registry  # noqa: E402
-common.load_tensorflow()  # the programs' start: CPU kernels, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import ctranslate2_runtime  # noqa: E402  (benchmarks/peers/)

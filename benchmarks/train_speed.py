@@ -21,14 +21,14 @@ import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
-common.load_tensorflow()  # the programs' start: CPU kernels, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import matmul_rates  # noqa: E402
 import training_run  # noqa: E402
 from harness import ONEDNN, PROBLEM, fmt  # noqa: E402
 import t2t_lite  # noqa: E402
-from t2t_lite import kernel_choice  # noqa: E402
+from t2t_lite import cpu_tuning  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
 
 COUNT_TOLERANCE = 0.02  # the trainer's target tokens/s against the count of the same window
@@ -63,10 +63,11 @@ flags.DEFINE_list("modes", ["no_xla_each"], "t2t_lite contestants, of: " + ", ".
 flags.DEFINE_boolean("compare", False, "Add every peer of --peers as two contestants: as its "
                      "users run it, and with t2t_lite's settings.")
 flags.DEFINE_list("peers", list(PEERS), "The peers --compare adds, of: " + ", ".join(PEERS))
-flags.DEFINE_boolean("kernels_compare", None, "Add the first of --modes on TensorFlow's default "
-                     "kernels (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
+flags.DEFINE_boolean("onednn_compare", None, "Add the first of --modes on TensorFlow's default "
+                     "(Eigen) routines (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
 flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes on the other side of the "
-                     "weight-gradient kernel choice (T2T_LITE_BLAS). Default: on with --compare.")
+                     "weight-gradient choice of the CPU tuning (T2T_LITE_BLAS). Default: on with "
+                     "--compare.")
 flags.DEFINE_boolean("bfloat16_compare", None, "Add the first of --modes with mixed_precision="
                      "bfloat16. Default: on with --compare where the CPU has AVX512_BF16 or AMX.")
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
@@ -89,7 +90,7 @@ def contestants(host: dict) -> list:
         FLAGS.modes[0]
 
     def ours(name, mode, environment=None, hparams=None):
-        # oneDNN as the project's default (t2t_lite/cpu_kernels.py) unless set here
+        # oneDNN as the project's default (t2t_lite/cpu_tuning.py) unless set here
         return {"name": name, "kind": "t2t_lite", "ours": True, "mode": mode, "hparams": hparams,
                 "environment": {ONEDNN: None, **(environment or {})}, "threads": threads}
 
@@ -98,15 +99,15 @@ def contestants(host: dict) -> list:
     if default_on(FLAGS.bfloat16_compare, FLAGS.compare and bf16):
         result.append(ours(f"t2t_lite {first} bfloat16", first, hparams="mixed_precision=bfloat16"))
     # the other side of the weight-gradient choice the defaults made on this CPU
-    applied = kernel_choice.applied()
+    applied = cpu_tuning.applied()
     blas_chosen = applied is None or applied.choice.blas_weight_gradients
     if default_on(FLAGS.blas_compare, FLAGS.compare) and MODES[first][0]:
         print(f"--blas_compare left out: {first} uses XLA, which never runs the op")
     elif default_on(FLAGS.blas_compare, FLAGS.compare):
         result.append(ours(f"t2t_lite {first} {'no' if blas_chosen else 'with'} BLAS", first,
                            {BLAS: "0" if blas_chosen else "1"}))
-    if default_on(FLAGS.kernels_compare, FLAGS.compare):
-        result.append(ours(f"t2t_lite {first} TF kernels", first, {ONEDNN: "0"}))
+    if default_on(FLAGS.onednn_compare, FLAGS.compare):
+        result.append(ours(f"t2t_lite {first} Eigen", first, {ONEDNN: "0"}))
     for key in FLAGS.peers if FLAGS.compare else []:
         result += peer_contestants(key, threads)
     return result
@@ -353,8 +354,8 @@ def main(unused_argv):
               "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
                           "inter_op": FLAGS.inter_op_parallelism_threads},
               "machine": harness.machine(),
-              "cpu_kernels": kernel_choice.applied() and kernel_choice.applied().line()}
-    print(result["cpu_kernels"] or "CPU kernels: TensorFlow's defaults", flush=True)
+              "cpu_tuning": cpu_tuning.applied() and cpu_tuning.applied().line()}
+    print(result["cpu_tuning"] or "CPU tuning: TensorFlow's defaults", flush=True)
     entries = contestants(result["machine"])
 
     # What the trainer's lines leave out, from the same model and batches: the parameter

@@ -11,7 +11,7 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 
 # The rest of the library is imported in the functions below: it loads TensorFlow, which
-# common.start loads first, once the CPU kernels are chosen.
+# common.start loads first, once the CPU tuning is chosen.
 
 
 def define_flags():

@@ -15,8 +15,8 @@ fails a `tf.io.gfile.GFile` at `write` when the data exceeds its buffer and else
 can fail too.
 
 TensorFlow is imported by the functions that use `tf.io.gfile`, not by this module, so that
-`local_atomic_write` serves code that runs before TensorFlow loads (the CPU kernel choice, whose
-oneDNN part TensorFlow reads once when it loads: t2t_lite/kernel_choice.py).
+`local_atomic_write` serves code that runs before TensorFlow loads (the CPU tuning, whose
+oneDNN part TensorFlow reads once when it loads: t2t_lite/cpu_tuning.py).
 """
 import contextlib
 import os

@@ -1,16 +1,16 @@
-"""Test settings: quiet TensorFlow on the kernels the programs use (oneDNN), and the shared
+"""Test settings: quiet TensorFlow on the CPU tuning the programs use (oneDNN), and the shared
 Multi30k folder when it is there."""
 import os
 import socket
 
 import pytest
 
-from t2t_lite import cpu_kernels
+from t2t_lite import cpu_tuning
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Today's default kernels, never a measurement inside a test (the tests of the choice set it)
-os.environ.setdefault("T2T_LITE_CPU_KERNELS", "default")
-cpu_kernels.prefer_onednn()  # the kernels the programs run with
+# Today's default, never a measurement inside a test (the tests of the choice set it)
+os.environ.setdefault("T2T_LITE_CPU_TUNING", "default")
+cpu_tuning.prefer_onednn()  # the oneDNN setting the programs run with
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def free_ports():
 @pytest.fixture(scope="session")
 def blas_op():
     """The BLAS matmul op library (t2t_lite/blas), built on first use. The test is skipped where
-    no C++ compiler or OpenBLAS is installed (t2t_lite then trains with TensorFlow's kernels),
+    no C++ compiler or OpenBLAS is installed (t2t_lite then trains with TensorFlow's matmul),
     and fails where they are but the op does not build or load."""
     from t2t_lite.blas import library
     try:

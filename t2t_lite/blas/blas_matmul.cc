@@ -1,5 +1,5 @@
 // T2tLiteBlasMatMul: a float32 matrix product through OpenBLAS's sgemm, for the products that
-// TensorFlow's own CPU kernels (Eigen and oneDNN) run at half the hardware's rate: the weight
+// TensorFlow's own CPU matmul (Eigen and oneDNN) runs at half the hardware's rate: the weight
 // gradients x^T dy of training, whose inner dimension is the batch's token count.
 //
 // The product is split into one block of rows (or of columns, when there are more of them)

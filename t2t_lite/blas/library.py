@@ -12,10 +12,10 @@ several trainers) each load a whole one.
 OpenBLAS comes from the `scipy-openblas32` package (the build numpy and SciPy use), whose
 symbols carry a `scipy_` prefix, so it does not clash with another BLAS in the process. It is
 an extra, `pip install 't2t_lite[blas]'`: without it, or without a C++ compiler, `missing()`
-says so and the CPU kernel choice never picks the op (t2t_lite/kernel_choice.py).
+says so and the CPU tuning never picks the op (t2t_lite/cpu_tuning.py).
 
 If the build or the load fails, `load()` returns None, logs why once per process, and t2t_lite
-uses TensorFlow's kernels. A build that fails, or a library that is built but does not load,
+uses TensorFlow's matmul. A build that fails, or a library that is built but does not load,
 leaves a .log file beside where the library would be (the compiler's output, or the loader's
 error): the same inputs would fail the same way, so later processes read it instead of
 compiling again, until it is deleted. A library taken from the cache that does not load
@@ -35,17 +35,17 @@ import sys
 
 from absl import logging
 
-from t2t_lite import atomic_files, kernel_choice
-from t2t_lite.kernel_choice import CACHE_VARIABLE, cache_folder  # noqa: F401 (one cache folder)
+from t2t_lite import atomic_files, cpu_tuning
+from t2t_lite.cpu_tuning import CACHE_VARIABLE, cache_folder  # noqa: F401 (one cache folder)
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blas_matmul.cc")
 OPENBLAS_MODULE, OPENBLAS_PACKAGE = "scipy_openblas32", "scipy-openblas32"
 INSTALL = "pip install 't2t_lite[blas]'"
 COMPILE_SECONDS = 10  # what the announcement promises (7 s measured on a busy Zen 4 EPYC)
 COMPILE_TIMEOUT_S = 600
-# The beginnings of the console lines a measuring subprocess passes on (kernel_choice).
+# The beginnings of the console lines a measuring subprocess passes on (cpu_tuning).
 COMPILING = "compiling the BLAS op"
-UNAVAILABLE = "BLAS matmul kernels unavailable"
+UNAVAILABLE = "BLAS matmul op unavailable"
 
 
 class BuildError(Exception):
@@ -85,7 +85,7 @@ def load():
             raise BuildError(f"built, but it does not load: {error}; "
                              f"{_remember_failure(path, str(error))}") from error
     except (BuildError, OSError, tf.errors.OpError) as error:
-        logging.warning("%s (%s); training uses TensorFlow's kernels", UNAVAILABLE, error)
+        logging.warning("%s (%s); training uses TensorFlow's matmul", UNAVAILABLE, error)
         return None
 
 
@@ -110,7 +110,7 @@ def _command_and_path():
     with open(SOURCE, "rb") as source:
         key = hashlib.sha256(inputs.replace(SOURCE, os.path.basename(SOURCE)).encode()
                              + source.read()).hexdigest()[:16]
-    return command, os.path.join(cache_folder(), "kernels", f"blas_matmul-{key}.so")
+    return command, os.path.join(cache_folder(), "blas_op", f"blas_matmul-{key}.so")
 
 
 def _build(command, path) -> str:
@@ -121,12 +121,12 @@ def _build(command, path) -> str:
         raise BuildError(f"an earlier build from the same inputs failed (its output: {log}; "
                          "delete that file to try again)")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    skip = "onednn" if kernel_choice.is_x86_64() else "eigen"
+    skip = "onednn" if cpu_tuning.is_x86_64() else "eigen"
     print(f"{COMPILING} of t2t_lite's weight gradients (OpenBLAS, faster than TensorFlow's "
-          f"kernels on some CPUs) from {os.path.basename(SOURCE)} with {command[0]} against "
+          f"matmul on some CPUs) from {os.path.basename(SOURCE)} with {command[0]} against "
           f"this TensorFlow: about {COMPILE_SECONDS} s, once (at most {COMPILE_TIMEOUT_S} s); "
-          f"cached in {os.path.dirname(path)}; {kernel_choice.BLAS_VARIABLE}=0 or "
-          f"--cpu_kernels={skip} does without it", file=sys.stderr, flush=True)
+          f"cached in {os.path.dirname(path)}; {cpu_tuning.BLAS_VARIABLE}=0 or "
+          f"--cpu_tuning={skip} does without it", file=sys.stderr, flush=True)
     # Named for this process: test workers or trainers may compile at the same time.
     with atomic_files.atomic_path(path, owner=str(os.getpid())) as temporary:
         try:

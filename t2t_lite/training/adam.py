@@ -3,7 +3,7 @@
 keras.optimizers.Adam writes the update of a variable as a dozen separate operations (the
 moments' differences, products and assignments, a square, a square root, a division), each a
 pass over the whole variable, its moments or its gradient. TensorFlow's ResourceApplyAdam, the
-kernel its own Adam used, computes the same update in one pass:
+op its own Adam used, computes the same update in one pass:
 
     alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
     m += (g - m) * (1 - beta_1)

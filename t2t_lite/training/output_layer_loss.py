@@ -19,7 +19,7 @@ and its gradient with respect to z is softmax(z) - q. Both match `losses.smoothe
 to float32 rounding (tests/training/test_output_layer_loss.py). The projection runs in float32
 as `TokenEmbedding(reverse=True)` does, also under mixed precision. The two gradient products
 go through `t2t_lite.blas.matmul` (OpenBLAS on a CPU when the training step allows it: e^T h is
-the transposed, long-inner-dimension kind of product TensorFlow's CPU kernels run slowly).
+the transposed, long-inner-dimension kind of product TensorFlow's CPU matmul runs slowly).
 """
 import tensorflow as tf
 

@@ -124,18 +124,18 @@ FALLBACK = """
 
 
 def fallback_line(stderr):
-    """The one console line of a fallback: the CPU kernels chosen, with the reason (beside
+    """The one console line of a fallback: the CPU tuning chosen, with the reason (beside
     TensorFlow's own start-up lines)."""
-    lines = [line for line in stderr.splitlines() if "BLAS" in line or "CPU kernels" in line]
+    lines = [line for line in stderr.splitlines() if "BLAS" in line or "CPU tuning" in line]
     assert len(lines) == 1, stderr
-    assert lines[0].startswith("CPU kernels: oneDNN "), stderr
-    assert "weight gradients by TensorFlow's kernels, inter_op 0 (" in lines[0], stderr
+    assert lines[0].startswith("CPU tuning: oneDNN "), stderr
+    assert "weight gradients by TensorFlow's matmul, inter_op 0 (" in lines[0], stderr
     return lines[0]
 
 
 def test_without_a_compiler_tf_matmul_and_one_line_saying_why(tmp_path):
     result = run_python(FALLBACK, CXX=os.path.join(str(tmp_path), "no-such-compiler"),
-                        T2T_LITE_CACHE=str(tmp_path / "cache"), T2T_LITE_CPU_KERNELS="default")
+                        T2T_LITE_CACHE=str(tmp_path / "cache"), T2T_LITE_CPU_TUNING="default")
     assert "in use: False" in result.stdout, result.stderr
     assert "product: " + str([[3.0] * 4] * 2) in result.stdout
     assert fallback_line(result.stderr).endswith(
@@ -146,7 +146,7 @@ def test_without_a_compiler_tf_matmul_and_one_line_saying_why(tmp_path):
 def test_without_the_openblas_package_tf_matmul_and_one_line_saying_how_to_install_it(tmp_path):
     hidden = "import sys\nsys.modules['scipy_openblas32'] = None  # as if not installed\n"
     result = run_python(hidden + textwrap.dedent(FALLBACK), T2T_LITE_CACHE=str(tmp_path),
-                        T2T_LITE_CPU_KERNELS="onednn+blas")
+                        T2T_LITE_CPU_TUNING="onednn+blas")
     assert "in use: False" in result.stdout, result.stderr
     assert "product: " + str([[3.0] * 4] * 2) in result.stdout
     assert fallback_line(result.stderr).endswith(
@@ -155,7 +155,7 @@ def test_without_the_openblas_package_tf_matmul_and_one_line_saying_how_to_insta
     # Asked for directly, the library says the same.
     result = run_python(hidden + textwrap.dedent(LOAD), T2T_LITE_CACHE=str(tmp_path))
     assert "loaded: False" in result.stdout
-    assert ("BLAS matmul kernels unavailable (the scipy-openblas32 package is not installed "
+    assert ("BLAS matmul op unavailable (the scipy-openblas32 package is not installed "
             "(pip install 't2t_lite[blas]'") in result.stderr
     assert not list(tmp_path.iterdir())
 
@@ -196,12 +196,12 @@ def test_a_compile_error_is_named_kept_and_not_repeated(tmp_path):
     announced = [line for line in result.stderr.splitlines() if "BLAS" in line][0]
     assert announced == (
         "compiling the BLAS op of t2t_lite's weight gradients (OpenBLAS, faster than "
-        f"TensorFlow's kernels on some CPUs) from blas_matmul.cc with {compiler} against this "
+        f"TensorFlow's matmul on some CPUs) from blas_matmul.cc with {compiler} against this "
         "TensorFlow: about 10 s, once (at most 600 s); cached in "
-        f"{tmp_path / 'cache' / 'kernels'}; T2T_LITE_BLAS=0 or --cpu_kernels=onednn does "
+        f"{tmp_path / 'cache' / 'blas_op'}; T2T_LITE_BLAS=0 or --cpu_tuning=onednn does "
         "without it")
     assert "failed: blas_matmul.cc:1: error: something is wrong; its output: " in result.stderr
-    logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
+    logs = list((tmp_path / "cache" / "blas_op").glob("*.log"))
     assert len(logs) == 1 and "collect2" in logs[0].read_text()
     assert not list((tmp_path / "cache").rglob("*.so")) + list(
         (tmp_path / "cache").rglob("*.incomplete"))
@@ -223,7 +223,7 @@ def test_a_library_that_does_not_load_is_built_once_and_remembered(tmp_path):
     assert "loaded: False" in result.stdout, result.stderr
     assert "built, but it does not load" in result.stderr
     assert compilations(tmp_path) == 1  # not built a second time in the same process
-    logs = list((tmp_path / "cache" / "kernels").glob("*.log"))
+    logs = list((tmp_path / "cache" / "blas_op").glob("*.log"))
     assert len(logs) == 1 and not list((tmp_path / "cache").rglob("*.so"))
     result = run_python(LOAD, **environment)
     assert "an earlier build from the same inputs failed" in result.stderr

@@ -1,10 +1,11 @@
-"""Which CPU kernels training runs on, decided by timing the step's own products on this machine
-(once per CPU model and TensorFlow version), not by what is said of the CPU.
+"""How training is tuned to the CPU (its matmul routines and thread pools), decided by timing
+the step's own products on this machine (once per CPU model and TensorFlow version), not by
+what is said of the CPU.
 
-Three parts (KernelChoice):
-- oneDNN or TensorFlow's own (Eigen) kernels: TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads once
+Three parts (CpuTuning):
+- oneDNN or TensorFlow's own (Eigen) routines: TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads once
   when it loads, so the choice is applied before `import tensorflow`;
-- the weight gradients x^T dy through the BLAS op (t2t_lite/blas) or TensorFlow's kernels (the
+- the weight gradients x^T dy through the BLAS op (t2t_lite/blas) or TensorFlow's matmul (the
   op only where it can be built: `pip install 't2t_lite[blas]'` and a C++ compiler);
 - inter_op threads: 0 (TensorFlow's pool, independent products at once on a core each) or 1
   (one operation at a time on every core; benchmarks/README.md, profile_step.py).
@@ -12,7 +13,7 @@ Three parts (KernelChoice):
 `measure` times transformer_small's products over 4,096 tokens (STEP_PRODUCTS: each dense-layer
 shape forward, and its input and weight gradients together as the backward pass runs them, and
 the vocabulary projection), weighted by how often a step runs each, in one subprocess per oneDNN
-setting (`python -m t2t_lite.kernel_choice --measure` prints JSON), then one with inter_op 1
+setting (`python -m t2t_lite.cpu_tuning --measure` prints JSON), then one with inter_op 1
 under the better setting. `choose` takes the fastest, but keeps the candidate nearest today's
 default (DEFAULT) whenever it is within NOISE_MARGIN of the fastest, so that noise never flips a
 choice. The result is cached as JSON per CPU (model name and AVX2 / AVX-512 / AVX512_BF16 / AMX)
@@ -20,12 +21,12 @@ and TensorFlow version under the BLAS op's cache folder, and read without Tensor
 
 Importing this module changes nothing and loads no TensorFlow. `apply()` chooses, before
 TensorFlow loads: every program calls it first (bin/common.py: only the trainer may measure),
-and a library user in Python gets the programs' kernels by calling it before importing
-TensorFlow (`kernel_choice.apply()` measures as the trainer does; `apply(may_measure=False)`
+and a library user in Python gets the programs' tuning by calling it before importing
+TensorFlow (`cpu_tuning.apply()` measures as the trainer does; `apply(may_measure=False)`
 chooses as the other programs do). The library's own paths (the BLAS op, the trainer's thread
 pools) read `current()`, which is that choice, or, when `apply` was not called, the choice
 made then as the programs other than the trainer make it, oneDNN left as TensorFlow loaded.
-The setting (`--cpu_kernels` of t2t_lite-trainer, else T2T_LITE_CPU_KERNELS, else "auto") is
+The setting (`--cpu_tuning` of t2t_lite-trainer, else T2T_LITE_CPU_TUNING, else "auto") is
 one of SETTINGS or parts joined by "+" (PARTS, e.g. "onednn+blas"). TF_ENABLE_ONEDNN_OPTS and
 T2T_LITE_BLAS set by the user win over any setting.
 """
@@ -45,12 +46,12 @@ import time
 from t2t_lite import atomic_files
 from t2t_lite.errors import FlagError
 
-SETTING_VARIABLE = "T2T_LITE_CPU_KERNELS"
+SETTING_VARIABLE = "T2T_LITE_CPU_TUNING"
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"  # read by TensorFlow when it loads
 BLAS_VARIABLE = "T2T_LITE_BLAS"  # 0 turns the BLAS op off (t2t_lite/blas/matmul.py)
 CACHE_VARIABLE = "T2T_LITE_CACHE"  # the cache folder (default ~/.cache/t2t_lite)
 NOISE_MARGIN = 0.03  # a candidate must be this much faster to move away from today's default
-MEASURE_SECONDS = 30  # what the announcement promises (2 cores, transformer_small's products)
+MEASURE_SECONDS = 20  # what the announcement promises (2 cores, transformer_small's products)
 CHILD_TIMEOUT_S = 900  # per subprocess; the first may compile the BLAS op (at most 600 s)
 
 AUTO, MEASURE, DEFAULT_SETTING, CACHED = "auto", "measure", "default", "cached"
@@ -66,9 +67,9 @@ PARTS = ("onednn", "eigen", "blas", "inter_op1")  # an explicit choice, e.g. "ei
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelChoice:
-    """The CPU kernels of a training step."""
-    onednn: bool                  # TF_ENABLE_ONEDNN_OPTS=1 (else TensorFlow's Eigen kernels)
+class CpuTuning:
+    """How a training step is tuned to the CPU."""
+    onednn: bool                  # TF_ENABLE_ONEDNN_OPTS=1 (else TensorFlow's Eigen routines)
     blas_weight_gradients: bool   # x^T dy through the BLAS op (else tf.matmul)
     inter_op_threads: int = 0     # 0: TensorFlow's pool; 1: one operation at a time
 
@@ -81,7 +82,7 @@ class KernelChoice:
 
     def describe(self) -> str:
         """"oneDNN on, weight gradients by the BLAS op, inter_op 0"."""
-        gradients = "the BLAS op" if self.blas_weight_gradients else "TensorFlow's kernels"
+        gradients = "the BLAS op" if self.blas_weight_gradients else "TensorFlow's matmul"
         return (f"oneDNN {'on' if self.onednn else 'off'}, weight gradients by {gradients}, "
                 f"inter_op {self.inter_op_threads}")
 
@@ -90,21 +91,21 @@ def is_x86_64() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
-def default_choice() -> KernelChoice:
+def default_choice() -> CpuTuning:
     """Today's default, kept unless a measurement beats it by more than NOISE_MARGIN: oneDNN
     on x86-64 (TensorFlow turns it on only for AVX-512 VNNI / BF16 / AMX; on AVX2 its Eigen
-    kernels were slower: benchmarks/README.md, "oneDNN"), the BLAS weight gradients, inter_op 0."""
-    return KernelChoice(onednn=is_x86_64(), blas_weight_gradients=True, inter_op_threads=0)
+    routines were slower: benchmarks/README.md, "oneDNN"), the BLAS weight gradients, inter_op 0."""
+    return CpuTuning(onednn=is_x86_64(), blas_weight_gradients=True, inter_op_threads=0)
 
 
-def parts_differing(choice: KernelChoice, other: KernelChoice) -> int:
+def parts_differing(choice: CpuTuning, other: CpuTuning) -> int:
     return sum(getattr(choice, field.name) != getattr(other, field.name)
-               for field in dataclasses.fields(KernelChoice))
+               for field in dataclasses.fields(CpuTuning))
 
 
-def choose(timings: dict, default: KernelChoice = None,
-           margin: float = NOISE_MARGIN) -> KernelChoice:
-    """The choice from `timings` ({KernelChoice: seconds of the step's products under it}):
+def choose(timings: dict, default: CpuTuning = None,
+           margin: float = NOISE_MARGIN) -> CpuTuning:
+    """The choice from `timings` ({CpuTuning: seconds of the step's products under it}):
     among the candidates within `margin` of the fastest (seconds <= fastest * (1 + margin)),
     the one differing from `default` (default_choice()) in the fewest parts, the faster of
     those, and of equal times the first by setting name. So a candidate replaces today's
@@ -121,28 +122,28 @@ def choose(timings: dict, default: KernelChoice = None,
 
 
 class SettingError(FlagError):
-    """A --cpu_kernels / T2T_LITE_CPU_KERNELS value that names no setting."""
+    """A --cpu_tuning / T2T_LITE_CPU_TUNING value that names no setting."""
 
 
 def parse_setting(text: str):
-    """One of SETTINGS (returned as is), or a KernelChoice from parts joined by "+": "onednn"
+    """One of SETTINGS (returned as is), or a CpuTuning from parts joined by "+": "onednn"
     or "eigen" (required), "blas", "inter_op1"."""
     text = (text or AUTO).strip().lower()
     if text in SETTINGS:
         return text
     parts = [part.strip() for part in text.split("+")]
     unknown = [part for part in parts if part not in PARTS]
-    kernels = [part for part in parts if part in ("onednn", "eigen")]
-    if unknown or len(kernels) != 1 or len(set(parts)) != len(parts):
+    libraries = [part for part in parts if part in ("onednn", "eigen")]
+    if unknown or len(libraries) != 1 or len(set(parts)) != len(parts):
         raise SettingError(
-            f"CPU kernels {text!r}: give one of {', '.join(SETTINGS)}, or onednn or eigen "
+            f"CPU tuning {text!r}: give one of {', '.join(SETTINGS)}, or onednn or eigen "
             "with, joined by +, blas (the BLAS weight gradients) and inter_op1, e.g. "
             "onednn+blas")
-    return KernelChoice(onednn=kernels[0] == "onednn", blas_weight_gradients="blas" in parts,
+    return CpuTuning(onednn=libraries[0] == "onednn", blas_weight_gradients="blas" in parts,
                         inter_op_threads=1 if "inter_op1" in parts else 0)
 
 
-def setting_from_argv(argv, flag: str = "cpu_kernels"):
+def setting_from_argv(argv, flag: str = "cpu_tuning"):
     """The value of --flag in `argv` (the last one), else None: a program's flag read before
     absl parses the flags, because TensorFlow loads first."""
     value = None
@@ -198,25 +199,25 @@ def cache_folder() -> str:
 
 
 def cache_path(host: dict = None) -> str:
-    """cpu_kernels/<cpu>-<features>-tf<version>.json in the cache folder."""
+    """cpu_tuning/<cpu>-<features>-tf<version>.json in the cache folder."""
     host = host or machine()
     name = "-".join([host["cpu"]] + host["features"] + ["tf" + host["tensorflow"]])
     name = re.sub(r"[^a-z0-9_.]+", "-", name.lower()).strip("-")
-    return os.path.join(cache_folder(), "cpu_kernels", name + ".json")
+    return os.path.join(cache_folder(), "cpu_tuning", name + ".json")
 
 
 def read_cached(path: str):
-    """The cached record ({"choice": KernelChoice, ...}), or None when there is none or it does
+    """The cached record ({"choice": CpuTuning, ...}), or None when there is none or it does
     not read (then it is measured again)."""
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
-        record["choice"] = KernelChoice(**record["choice"])
+        record["choice"] = CpuTuning(**record["choice"])
         return record
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError, KeyError) as error:
-        print(f"warning: the cached CPU kernel choice {path} does not read ({error}); "
+        print(f"warning: the cached CPU tuning {path} does not read ({error}); "
               "measuring again", file=sys.stderr)
         return None
 
@@ -276,7 +277,7 @@ def _run_child(onednn: bool, inter_op_threads: int, products, repeats: int,
     environment = dict(os.environ, **{ONEDNN_VARIABLE: "1" if onednn else "0",
                                       "TF_CPP_MIN_LOG_LEVEL": "3"})
     environment.pop(SETTING_VARIABLE, None)
-    command = [sys.executable, "-m", "t2t_lite.kernel_choice", "--measure",
+    command = [sys.executable, "-m", "t2t_lite.cpu_tuning", "--measure",
                f"--inter_op_threads={inter_op_threads}", f"--repeats={repeats}",
                f"--blas={int(blas)}",
                "--products=" + json.dumps([dataclasses.asdict(p) for p in products])]
@@ -315,8 +316,8 @@ def blas_missing():
 
 
 def measure(products=None, repeats: int = 2, run=_run_child) -> dict:
-    """{KernelChoice: seconds of the step's products under it}: oneDNN on and off (on x86-64;
-    elsewhere TensorFlow's kernels only) at inter_op 0, each with and without the BLAS op where
+    """{CpuTuning: seconds of the step's products under it}: oneDNN on and off (on x86-64;
+    elsewhere TensorFlow's own routines only) at inter_op 0, each with and without the BLAS op where
     it can be built and loads (tried until a subprocess finds that it does not, which says
     why); then inter_op 1 under the better oneDNN setting. `run` is _run_child (tests inject
     timings through it)."""
@@ -333,7 +334,7 @@ def measure(products=None, repeats: int = 2, run=_run_child) -> dict:
         for blas, seconds in ((False, result["seconds"]["tensorflow"]),
                               (True, result["seconds"].get("blas"))):
             if seconds is not None:
-                timings[KernelChoice(onednn, blas, inter_op_threads)] = seconds
+                timings[CpuTuning(onednn, blas, inter_op_threads)] = seconds
 
     for onednn in ((True, False) if is_x86_64() else (False,)):
         add(onednn, 0)
@@ -345,9 +346,9 @@ def measure_and_cache(path: str, products=None, repeats: int = 2, run=_run_child
     """Announces the measurement on the console, measures, chooses and caches; returns the
     record written."""
     host, missing = machine(), blas_missing()
-    print(f"measuring which CPU kernels pay on {host['cpu']}, TensorFlow {host['tensorflow']}"
+    print(f"measuring which CPU tuning pays on {host['cpu']}, TensorFlow {host['tensorflow']}"
           + (f" (not the BLAS op: {missing})" if missing else "")
-          + f": about {MEASURE_SECONDS} s, once; cached in {path}; --cpu_kernels=default (or "
+          + f": about {MEASURE_SECONDS} s, once; cached in {path}; --cpu_tuning=default (or "
           f"{SETTING_VARIABLE}=default) skips this", file=sys.stderr, flush=True)
     start = time.monotonic()
     timings = measure(products, repeats, run)
@@ -420,7 +421,7 @@ def _time_products(products, repeats: int, blas: bool = True) -> dict:
 
 
 def _measure_main(argv):
-    parser = argparse.ArgumentParser(prog="python -m t2t_lite.kernel_choice")
+    parser = argparse.ArgumentParser(prog="python -m t2t_lite.cpu_tuning")
     parser.add_argument("--measure", action="store_true", required=True)
     parser.add_argument("--inter_op_threads", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2)
@@ -442,11 +443,11 @@ def _measure_main(argv):
 @dataclasses.dataclass(frozen=True)
 class Applied:
     """What `apply` chose for this process, and why (the console line's parenthesis)."""
-    choice: KernelChoice
+    choice: CpuTuning
     reason: str
 
     def line(self) -> str:
-        return f"CPU kernels: {self.choice.describe()} ({self.reason})"
+        return f"CPU tuning: {self.choice.describe()} ({self.reason})"
 
 
 _applied = None  # the Applied of this process, once `apply` ran
@@ -459,10 +460,10 @@ def applied():
 
 
 def current() -> Applied:
-    """The CPU kernels of this process, as the library's own paths read them (the BLAS op:
+    """The CPU tuning of this process, as the library's own paths read it (the BLAS op:
     t2t_lite/blas/matmul.py; the trainer's inter_op pool: bin/common.py): `applied()`, else
     chosen and announced now as the programs other than the trainer choose (the setting in
-    T2T_LITE_CPU_KERNELS, else the cached measurement, else today's default; never measuring),
+    T2T_LITE_CPU_TUNING, else the cached measurement, else today's default; never measuring),
     oneDNN as TensorFlow loaded if it has. Raises SettingError."""
     return _applied or apply(may_measure=False)
 
@@ -480,9 +481,9 @@ def _switch(variable: str):
 
 
 def _decide(setting, may_measure: bool, products, run):
-    """(KernelChoice, reason) for a parsed setting."""
-    if isinstance(setting, KernelChoice):
-        return setting, f"{SETTING_VARIABLE} or --cpu_kernels={setting.setting()}"
+    """(CpuTuning, reason) for a parsed setting."""
+    if isinstance(setting, CpuTuning):
+        return setting, f"{SETTING_VARIABLE} or --cpu_tuning={setting.setting()}"
     if setting == DEFAULT_SETTING:
         return default_choice(), "today's default, as asked"
     path = cache_path()
@@ -497,7 +498,7 @@ def _decide(setting, may_measure: bool, products, run):
     try:
         record = measure_and_cache(path, products, run=run)
     except (MeasurementError, OSError, ValueError) as error:
-        print(f"warning: measuring the CPU kernels failed ({error}); using today's default",
+        print(f"warning: measuring the CPU tuning failed ({error}); using today's default",
               file=sys.stderr)
         return default_choice(), f"today's default: the measurement failed on {where}"
     return record["choice"], (f"measured now on {where} in {record['measuring_seconds']} s, "
@@ -514,9 +515,9 @@ def _onednn_loaded():
 
 def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
           onednn_only: bool = False, products=None, run=_run_child) -> Applied:
-    """Chooses this process's CPU kernels and sets TF_ENABLE_ONEDNN_OPTS for them; call it
+    """Chooses this process's CPU tuning and sets TF_ENABLE_ONEDNN_OPTS for it; call it
     before TensorFlow loads (after, oneDNN stays as TensorFlow loaded it, and the result says
-    so). `setting`: SETTINGS or parts (parse_setting); None reads T2T_LITE_CPU_KERNELS, else
+    so). `setting`: SETTINGS or parts (parse_setting); None reads T2T_LITE_CPU_TUNING, else
     "auto". `may_measure`: "auto" measures when nothing is cached (else today's default).
     TF_ENABLE_ONEDNN_OPTS and T2T_LITE_BLAS set to 0 or 1 by the user win; the BLAS op is
     never chosen where it cannot be built (blas_missing). The BLAS op and the trainer's
@@ -541,7 +542,7 @@ def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
         if loaded != choice.onednn:
             choice = dataclasses.replace(choice, onednn=loaded)
             overrides.append("oneDNN as TensorFlow loaded before the choice")
-    elif is_x86_64() or isinstance(parsed, KernelChoice):
+    elif is_x86_64() or isinstance(parsed, CpuTuning):
         # Elsewhere TensorFlow's own default stays unless oneDNN was asked for by name.
         _onednn_set_here = "1" if choice.onednn else "0"
         os.environ[ONEDNN_VARIABLE] = _onednn_set_here
@@ -555,3 +556,14 @@ def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
 
 if __name__ == "__main__":
     _measure_main(sys.argv[1:])
+
+
+def prefer_onednn() -> bool:
+    """Sets oneDNN as the cached measurement chose it for this CPU and TensorFlow (today's
+    default, on for x86-64, when nothing is cached), never measuring and touching nothing but
+    oneDNN: TF_ENABLE_ONEDNN_OPTS set by the user wins. Returns whether oneDNN will be on; has
+    no effect once TensorFlow is loaded. The programs apply the whole choice
+    (apply, in bin/common.py); the tests take this part only."""
+    applied = apply(CACHED, may_measure=False, announce=False,
+                                 onednn_only=True)
+    return applied.choice.onednn
