@@ -88,23 +88,38 @@ def local_atomic_write(path: str, owner: str = None):
 def atomic_folder(path: str):
     """Yields the temporary folder to write the folder `path` in (a leftover of an interrupted
     write removed first); when the block ends without error, replaces `path` by it, and when
-    the block raises, removes it. When the replacement raises, both go: the old folder is
-    already removed then, and gs:// and ram:// move a folder file by file, so what is under
-    `path` may be part of the new one."""
+    the block raises, removes it. The old folder is moved aside (`folder/.name.replaced`) until
+    the new one is in place, and moved back when that rename fails, so a failed `--overwrite`
+    export keeps the SavedModel it was to replace. On gs:// and ram://, which move a folder
+    file by file, a move that fails halfway may leave the old folder split between its name
+    and the aside name (neither is removed then)."""
     temporary = temporary_path(path)
+    aside = hidden_sibling(path, ".replaced")
     remove_tree_if_exists(temporary)
     try:
         yield temporary
     except BaseException:
         remove_tree_if_exists(temporary)
         raise
+    path = path.rstrip("/")
+    replacing = _gfile().exists(path)
     try:
-        remove_tree_if_exists(path)
-        _rename_folder(temporary, path.rstrip("/"))
+        if replacing:
+            remove_tree_if_exists(aside)  # a leftover of an earlier interrupted replacement
+            _rename_folder(path, aside)
     except BaseException:
-        remove_tree_if_exists(path)
         remove_tree_if_exists(temporary)
         raise
+    try:
+        _rename_folder(temporary, path)
+    except BaseException:
+        remove_tree_if_exists(path)  # what part of the new folder got there
+        remove_tree_if_exists(temporary)
+        if replacing:
+            _rename_folder(aside, path)
+        raise
+    if replacing:
+        remove_tree_if_exists(aside)
 
 
 def _rename_folder(source: str, target: str):

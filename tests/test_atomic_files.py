@@ -131,18 +131,28 @@ def test_a_failed_rename_leaves_no_temporary(folder, monkeypatch):
     assert tf.io.gfile.listdir(folder) == []
 
 
-def test_a_failed_folder_replacement_leaves_neither_folder(folder, monkeypatch):
-    """The old folder is gone by then (removed before the rename): nothing is left rather than
-    a part of the new one under its name."""
+def test_a_failed_folder_replacement_keeps_the_old_folder(folder, monkeypatch):
+    """The old folder waits aside until the new one is in place (a failed --overwrite export
+    keeps the SavedModel it was to replace); on gs:// a rename is a copy, which can fail."""
     path = f"{folder}/export"
     tf.io.gfile.makedirs(path)
-    monkeypatch.setattr(tf.io.gfile, "rename", no_space)
+    with tf.io.gfile.GFile(f"{path}/saved_model.pb", "w") as handle:
+        handle.write("old")
+    rename = tf.io.gfile.rename
+
+    def the_new_one_fails(source, target, overwrite=False):
+        if atomic_files.INCOMPLETE_SUFFIX in source:
+            no_space()
+        return rename(source, target, overwrite)
+    monkeypatch.setattr(tf.io.gfile, "rename", the_new_one_fails)
     with pytest.raises(tf.errors.ResourceExhaustedError):
         with atomic_files.atomic_folder(path) as temporary:
             tf.io.gfile.makedirs(temporary)
             with tf.io.gfile.GFile(f"{temporary}/saved_model.pb", "w") as handle:
-                handle.write("whole")
-    assert tf.io.gfile.listdir(folder) == []
+                handle.write("new")
+    assert tf.io.gfile.listdir(folder) == ["export"]
+    with tf.io.gfile.GFile(f"{path}/saved_model.pb") as handle:
+        assert handle.read() == "old"
 
 
 def test_a_full_disk_leaves_no_temporary(small_filesystem):
