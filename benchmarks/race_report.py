@@ -77,8 +77,8 @@ def race_table(record: dict, updates_per_minute: dict) -> str:
         f"has chosen); test: test_2016_flickr at {milestones[-1]} updates, last "
         f"{record['average_last']} checkpoints averaged, beam 4, alpha 0.6", harness.table(
             ["toolkit", "schedule", *(f"@{m}" for m in milestones), "test", "upd/min", "minutes"],
-            rows), "upd/min: updates per minute in the speed run; minutes: the last milestone's "
-        "updates at that rate"])
+            rows), "upd/min: updates per minute in the speed run; minutes: the race's "
+        f"{milestones[-1]:,} updates at that rate"])
 
 
 def draw(record: dict, updates_per_minute: dict, path: str):
