@@ -554,16 +554,15 @@ def apply(setting: str = None, may_measure: bool = True, announce: bool = True,
     return result
 
 
-if __name__ == "__main__":
-    _measure_main(sys.argv[1:])
-
-
 def prefer_onednn() -> bool:
     """Sets oneDNN as the cached measurement chose it for this CPU and TensorFlow (today's
     default, on for x86-64, when nothing is cached), never measuring and touching nothing but
     oneDNN: TF_ENABLE_ONEDNN_OPTS set by the user wins. Returns whether oneDNN will be on; has
-    no effect once TensorFlow is loaded. The programs apply the whole choice
-    (apply, in bin/common.py); the tests take this part only."""
-    applied = apply(CACHED, may_measure=False, announce=False,
-                                 onednn_only=True)
+    no effect once TensorFlow is loaded. The programs apply the whole choice (`apply`, in
+    bin/common.py); the tests take this part only."""
+    applied = apply(CACHED, may_measure=False, announce=False, onednn_only=True)
     return applied.choice.onednn
+
+
+if __name__ == "__main__":
+    _measure_main(sys.argv[1:])
