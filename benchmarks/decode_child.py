@@ -61,7 +61,9 @@ def decoder_translators(job: dict):
                               job["inter_op_threads"])
     problem = common.registry.problem(harness.PROBLEM)
     run = saved_run(job["t2t_lite_dir"])
-    model = decoder.load_model(run["model"], run["hparams"], problem.vocab_size(job["data_dir"]),
+    hparams = run["hparams"].replace(mixed_precision=job["mixed_precision"] or run[
+        "hparams"].mixed_precision)
+    model = decoder.load_model(run["model"], hparams, problem.vocab_size(job["data_dir"]),
                                job["t2t_lite_dir"], job["checkpoint"])
     search = SearchHParams(beam_size=job["beam_size"], alpha=job["alpha"],
                            stop_after_finished=job["stop_after_finished"],

@@ -39,10 +39,11 @@ eole_decode = harness.peer_module("eole/decode.py")  # eole predict's command
 # A contestant: its label, its model's toolkit, how it runs (decode_child.py's "decoder" and
 # "saved_model", the peers' decode.py's others), XLA, the cache, CTranslate2's stopping rule
 # (stop_after_finished = beam size), CTranslate2's runtime ("peer": 3.24 in OpenNMT-tf's
-# environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32).
+# environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32),
+# t2t_lite's hparams.mixed_precision (None: the model's own, float32).
 Contestant = collections.namedtuple("Contestant", [
-    "label", "model", "runs", "jit_compile", "use_cache", "ct2_stop", "runtime", "compute_type"],
-    defaults=[False, True, False, None, None])
+    "label", "model", "runs", "jit_compile", "use_cache", "ct2_stop", "runtime", "compute_type",
+    "mixed_precision"], defaults=[False, True, False, None, None, None])
 CT2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION, "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
 XLA = " (XLA)" if decoder.TranslatorHParams().jit_compile else ""  # the decoder's default
 CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label, model, runs,
@@ -57,6 +58,9 @@ CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label,
      {"ct2_stop": True}),
     ("t2t_lite_saved_model_ct2_stop", "t2t_lite SavedModel (CT2's stop)", "t2t_lite",
      "saved_model", {"ct2_stop": True}),
+    *((f"t2t_lite_{runs}_bfloat16", f"t2t_lite {label} bfloat16", "t2t_lite", runs,
+       {"mixed_precision": "bfloat16"}) for runs, label in (("decoder", "decoder"),
+                                                            ("saved_model", "SavedModel"))),
     ("onmt_infer", "onmt-main infer", "opennmt_tf", "onmt_infer", {}),
     ("eole_predict", f"eole {eole_peer.EOLE_VERSION} predict", "eole", "eole_predict", {}),
     *((name, f"CTranslate2 {CT2_VERSIONS[runtime]} {compute_type}" + (
@@ -71,8 +75,10 @@ CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label,
 CACHED, UNCACHED = "t2t_lite_decoder", "t2t_lite_decoder_uncached"
 # The ratios' targets: cached at least 3 times uncached; at least 3 times onmt-main infer and
 # 2/3 of CTranslate2 float32 on OpenNMT-tf's model (none against int8 and eole's rows, which the
-# issue predates).
+# issue predates); bfloat16 at least 1.3 times float32 (issue 34).
 TARGETS = {UNCACHED: 3.0, "onmt_infer": 3.0, "ctranslate2": 2 / 3, "ctranslate2_4_float32": 2 / 3}
+BFLOAT16 = {"t2t_lite_decoder_bfloat16": (CACHED, 1.3),
+            "t2t_lite_saved_model_bfloat16": ("t2t_lite_saved_model", 1.3)}  # over float32
 # --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow 2.13's
 # default for the CPU; it reads any other value, the empty one included, as that default).
 PEER_ONEDNN = {"default": None, "on": "1", "off": "0"}
@@ -170,7 +176,8 @@ def write_job(name: str, setup: dict, sources: list, encoders: dict) -> str:
            "intra_op_flag": FLAGS.intra_op_parallelism_threads,
            "inter_op_threads": FLAGS.inter_op_parallelism_threads,
            "stop_after_finished": FLAGS.beam_size if contestant.ct2_stop else 0,
-           "use_cache": contestant.use_cache, "jit_compile": contestant.jit_compile}
+           "use_cache": contestant.use_cache, "jit_compile": contestant.jit_compile,
+           "mixed_precision": contestant.mixed_precision}
     path = os.path.join(FLAGS.work_dir, f"{name}.job.json")
     harness.write_json(path, job, announce=False)
     return path
@@ -190,7 +197,9 @@ def export_saved_model(name: str, setup: dict) -> float:
         f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={export_dir(name)}",
         f"--checkpoint_path={setup['t2t_lite_checkpoint']}", "--overwrite",
         f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha},"
-        f"stop_after_finished={stop}", f"--export_jit_compile={contestant.jit_compile}"],
+        f"stop_after_finished={stop}", f"--export_jit_compile={contestant.jit_compile}",
+        *[f"--hparams=mixed_precision={contestant.mixed_precision}"] * bool(
+            contestant.mixed_precision)],
         export_dir(name) + ".log")
     return time.time() - start
 
@@ -388,26 +397,30 @@ def summarize(entry: dict):
 
 
 def ratios(entries: dict) -> list:
-    """t2t_lite's contestants over each peer's, and cached over uncached: sentences/s round by
-    round with the target (None: none), and the median ratios of target tokens/s (the fairer
-    one when the outputs differ in length) and of end-to-end sentences/s."""
-    pairs = [(ours, theirs) for ours in entries if CONTESTANTS[ours].model == "t2t_lite"
-             and ours != UNCACHED for theirs in entries
-             if CONTESTANTS[theirs].model != "t2t_lite"]
+    """t2t_lite's float32 contestants over each peer's, bfloat16 over float32, and cached over
+    uncached: sentences/s round by round with the target (None: none), the median ratios of
+    target tokens/s (the fairer one when the outputs differ in length) and of end-to-end
+    sentences/s, and the BLEU difference."""
+    pairs = [(ours, theirs, TARGETS.get(theirs)) for ours in entries
+             if CONTESTANTS[ours].model == "t2t_lite" and ours not in (UNCACHED, *BFLOAT16)
+             for theirs in entries if CONTESTANTS[theirs].model != "t2t_lite"]
+    pairs += [(ours, theirs, target) for ours, (theirs, target) in BFLOAT16.items()]
     if CACHED in entries and UNCACHED in entries:
-        pairs.append((CACHED, UNCACHED))
+        pairs.append((CACHED, UNCACHED, TARGETS[UNCACHED]))
     result = []
-    for a, b in ((entries[ours], entries[theirs]) for ours, theirs in pairs):
-        if not (any(a["rounds"]) and any(b["rounds"])):
+    for a, b, target in ((entries.get(ours), entries.get(theirs), target)
+                         for ours, theirs, target in pairs):
+        if not (a and b and any(a["rounds"]) and any(b["rounds"])):
             continue
-        each, target = harness.ratio(a, b, "sentences_per_s"), TARGETS.get(b["key"])
+        each = harness.ratio(a, b, "sentences_per_s")
         result.append({**each, "target": target,
                        "met": None if None in (each["median"], target)
                        else each["median"] >= target,
                        "target_tokens_median": harness.ratio(a, b, "target_tokens_per_s")[
                            "median"],
                        "end_to_end_median": harness.ratio(a, b, "end_to_end_sentences_per_s")[
-                           "median"]})
+                           "median"], "bleu_difference": a["summary"]["bleu"] - b[
+                           "summary"]["bleu"]})
     return result
 
 
@@ -465,15 +478,16 @@ def print_tables(result: dict):
           "each alone" + "".join(f"; {k}: {v}" for k, v in versions.items()) + "\n")
     if result["ratios"]:
         print(harness.table(["sentences/s ratio, same round", "median", "min", "max", "target",
-                             "met", "tok/s", "e2e", "per round  "], [
+                             "met", "tok/s", "e2e", "BLEU", "per round  "], [
             [*harness.ratio_cells(r), "-" if r["target"] is None else f">= {r['target']:.2f}",
              {None: "-", True: "yes", False: "no"}[r["met"]],
              fmt(r["target_tokens_median"], ".2f"), fmt(r["end_to_end_median"], ".2f"),
+             f"{r['bleu_difference']:+.2f}",
              " ".join(fmt(value, ".2f") for value in r["per_round"])]
             for r in result["ratios"]]))
         print("median, min, max: of the ratios within each round; tok/s, e2e: the median ratios "
-              "of target tokens/s and of end-to-end sentences/s; no target against int8 nor "
-              "against eole's rows")
+              "of target tokens/s and of end-to-end sentences/s; BLEU: the first's less the "
+              "second's (bfloat16's target: within 0.3); no target against int8 nor eole's rows")
     for target in result["memory_targets"]:
         print(f"peak memory: {target['contestant']} {target['peak_rss_mb']:.0f} MB, onmt-main "
               f"infer {target['onmt_infer_peak_rss_mb']:.0f} MB (target: at most OpenNMT-tf's): "
@@ -481,8 +495,9 @@ def print_tables(result: dict):
 
 
 def main(unused_argv):
-    names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED]
-                                  if FLAGS.compare else [CACHED, UNCACHED])
+    bfloat16 = harness.has_bfloat16(harness.machine())  # decoded in it only where it pays
+    names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
+        bfloat16 or name not in BFLOAT16)] if FLAGS.compare else [CACHED, UNCACHED])
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     os.makedirs(FLAGS.work_dir, exist_ok=True)

@@ -95,8 +95,7 @@ def contestants(host: dict) -> list:
                 "environment": {ONEDNN: None, **(environment or {})}, "threads": threads}
 
     result = [ours(f"t2t_lite {mode}", mode) for mode in FLAGS.modes]
-    bf16 = any(host["cpu_flags"].get(name) for name in ("avx512_bf16", "amx_bf16"))
-    if default_on(FLAGS.bfloat16_compare, FLAGS.compare and bf16):
+    if default_on(FLAGS.bfloat16_compare, FLAGS.compare and harness.has_bfloat16(host)):
         result.append(ours(f"t2t_lite {first} bfloat16", first, hparams="mixed_precision=bfloat16"))
     # the other side of the weight-gradient choice the defaults made on this CPU
     applied = cpu_tuning.applied()
