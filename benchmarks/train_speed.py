@@ -1,5 +1,6 @@
 """Training speed on translate_multi30k_deen, in alternating rounds, and model FLOPs utilisation
-against the fastest float32 matmul of the run (benchmarks/README.md, train_speed.py).
+against the fastest float32 matmul of the run, for a bfloat16 contestant also against the fastest
+bfloat16 one (benchmarks/README.md, train_speed.py).
 
   python benchmarks/train_speed.py --data_dir=D [--modes=no_xla_each] [--rounds=3]
       [--compare] [--peers=opennmt_tf,eole] [--warmup_steps=20 --steps=60 --window=10]
@@ -234,8 +235,10 @@ def run_round(entry, round_index, hparams, updates, parameters) -> dict:
     return result
 
 
-def summarize(entry, parameters, peak_gflops):
-    """The contestant's medians over rounds (and, for t2t_lite, its timings) and MFU."""
+def summarize(entry, parameters, best):
+    """The contestant's medians over rounds (and, for t2t_lite, its timings) and MFU against
+    the float32 `best` rate (matmul_rates.best_rate), a bfloat16 one's also against the
+    bfloat16 best ("mfu_bfloat16")."""
     ran = [result for result in entry["rounds"] if result]
     timed = [r for r in ran if r.get("target_tokens_per_s") is not None]
     if not timed:
@@ -254,8 +257,10 @@ def summarize(entry, parameters, peak_gflops):
                        distinct_shapes=max(r["distinct_shapes"] for r in ran))
     flops = summary["source_tokens_per_s"] and training_run.model_flops(
         parameters, summary["source_tokens_per_s"], summary["target_tokens_per_s"])
+    bfloat16 = "bfloat16" in (entry.get("hparams") or "") and best.get("bfloat16")
     return {**summary, "model_flops_per_s": flops or None,
-            "mfu": flops / (peak_gflops * 1e9) if flops else None}
+            "mfu": flops / (best["float32"]["gflops"] * 1e9) if flops else None,
+            "mfu_bfloat16": flops / (bfloat16["gflops"] * 1e9) if flops and bfloat16 else None}
 
 
 def ratios(entries) -> list:
@@ -276,7 +281,7 @@ def ratios(entries) -> list:
 def print_matmul_table(matmul):
     before, after, best = matmul["before"], matmul["after"], matmul["best"]
     blas = before["backends"]["numpy"]["blas"]
-    print(f"\nfloat32 matmul GFLOP/s, median of {FLAGS.matmul_runs} runs, before / after the "
+    print(f"\nmatmul GFLOP/s, median of {FLAGS.matmul_runs} runs, before / after the "
           f"rounds; each backend in its own process; numpy's BLAS: "
           f"{blas.get('name') or blas.get('libraries')} {blas.get('version', '')} "
           f"({blas.get('architecture', '?')} kernels)")
@@ -287,9 +292,11 @@ def print_matmul_table(matmul):
     rows.append(["step (FLOP-weighted)", ""] + [
         f"{before['step_weighted'][b]:.0f} / {after['step_weighted'][b]:.0f}" for b in backends])
     print(harness.table(["m x k x n", "matmuls"] + backends, rows))
-    print(f"matmuls: of that shape in one forward pass of the first timed batch (the backward "
-          f"pass doubles them); best: {best['gflops']:.0f} GFLOP/s ({best['backend']}, "
-          f"{best['shape']}, {best['when']} the rounds), the MFU denominator")
+    print("matmuls: of that shape in one forward pass of the first timed batch (the backward "
+          "pass doubles them); " + "; ".join(
+              f"best {dtype}: {b['gflops']:.0f} GFLOP/s ({b['backend']}, {b['shape']}, "
+              f"{b['when']} the rounds)" for dtype, b in best.items() if b) +
+          ": the MFU denominators")
 
 
 def print_tables(result):
@@ -323,9 +330,13 @@ def print_tables(result):
           + ", ".join(filter(None, toolkits)))
     p = result["parameters"]
     print(f"MFU = 6 * ({p['source_side']:,} * source tok/s + ({p['target_side']:,} + "
-          f"{p['softmax_d_times_v']:,}) * target tok/s) / {result['matmul']['best']['gflops']:.0f}"
-          f" GFLOP/s (encoder; decoder + softmax; attention scores and embedding lookups not "
-          f"counted)\n")
+          f"{p['softmax_d_times_v']:,}) * target tok/s) / "
+          f"{result['matmul']['best']['float32']['gflops']:.0f} GFLOP/s (the best float32 matmul;"
+          f" encoder; decoder + softmax; attention scores and embedding lookups not counted)")
+    print("".join(f"{e['name']}: MFU {100 * s['mfu_bfloat16']:.1f}% against the best bfloat16 "
+                  f"matmul ({result['matmul']['best']['bfloat16']['gflops']:.0f} GFLOP/s)\n"
+                  for e in result["contestants"] for s in [e["summary"]]
+                  if s and s.get("mfu_bfloat16")))
     print(harness.table(["t2t_lite", "best", "padding", "start s", "warm-up s", "compile s",
                          "shapes"], [
         [e["name"], f"{s['best_window']:.0f}", f"{100 * s['padding_fraction']:.1f}%",
@@ -382,13 +393,15 @@ def main(unused_argv):
             result["order"] = harness.run_rounds(entries, FLAGS.rounds, lambda entry, index:
                                                  run_round(entry, index, hparams, updates,
                                                            parameters))
-        print(f"float32 matmul rates {when} the rounds", flush=True)
-        matmul[when] = matmul_rates.matmul_backends(shapes, FLAGS.matmul_runs, dense_flops)
-    matmul["best"] = matmul_rates.best_rate({when: matmul[when] for when in ("before", "after")})
+        print(f"matmul rates {when} the rounds", flush=True)
+        matmul[when] = matmul_rates.matmul_backends(shapes, FLAGS.matmul_runs, dense_flops, any(
+            "bfloat16" in (e.get("hparams") or "") for e in entries))
+    matmul["best"] = {dtype: matmul_rates.best_rate({when: matmul[when] for when in (
+        "before", "after")}, dtype) for dtype in ("float32", "bfloat16")}
     result["matmul"] = matmul
     result["machine"]["load_average_at_end"] = os.getloadavg()  # 1, 5, 15 min
     for entry in entries:
-        entry["summary"] = summarize(entry, parameters, matmul["best"]["gflops"])
+        entry["summary"] = summarize(entry, parameters, matmul["best"])
     result["contestants"], result["ratios"] = entries, ratios(entries)
     print_matmul_table(matmul)
     print_tables(result)

@@ -115,3 +115,24 @@ def test_without_x86_fields():
             described["stepping"]) == (None, None, None, None)
     assert not any(described["flags"].values())
     assert described["kind"] == "unknown CPU"
+
+
+@pytest.mark.parametrize("cpuinfo, bfloat16", [(ZEN3_AVX2, False), (ZEN4_AVX512_BF16, True)])
+def test_bfloat16_rows_where_the_cpu_multiplies_in_it(cpuinfo, bfloat16):
+    assert harness.has_bfloat16({"cpu_flags": harness.cpu_description(cpuinfo)["flags"]}) \
+        is bfloat16
+
+
+def test_the_mfu_denominator_of_each_dtype_is_its_own_best_rate():
+    import matmul_rates
+    measured = {"before": {"rates": {"tf eager": {"2048x2048x2048": 150.0},
+                                     "numpy": {"2048x2048x2048": 190.0, "4096x256x256": 170.0},
+                                     "tf_onednn_bf16 eager": {"4096x256x256": 340.0}}},
+                "after": {"rates": {"tf_onednn xla": {"2048x2048x2048": 200.0}}}}
+    assert matmul_rates.best_rate(measured) == {
+        "gflops": 200.0, "backend": "tf_onednn xla", "shape": "2048x2048x2048", "when": "after"}
+    assert matmul_rates.best_rate(measured, "bfloat16") == {
+        "gflops": 340.0, "backend": "tf_onednn_bf16 eager", "shape": "4096x256x256",
+        "when": "before"}
+    del measured["before"]["rates"]["tf_onednn_bf16 eager"]
+    assert matmul_rates.best_rate(measured, "bfloat16") is None
