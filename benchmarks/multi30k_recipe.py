@@ -24,7 +24,6 @@ from harness import HPARAMS_SET, PROBLEM  # noqa: E402
 
 import keras  # noqa: E402  (after common: its quiet start)
 import tensorflow as tf  # noqa: E402
-from absl import logging  # noqa: E402
 
 from t2t_lite import checkpoints  # noqa: E402
 from t2t_lite.decoding import decoder  # noqa: E402
@@ -46,10 +45,8 @@ flags.DEFINE_integer("save_every", 100, "Updates between checkpoints.", lower_bo
 flags.DEFINE_integer("average_last", 3, "Checkpoints averaged before decoding.", lower_bound=1)
 flags.DEFINE_float("bleu_every_minutes", 3, "Minutes of training between the checkpoints of "
                    "the dev BLEU curve (0: its last point only).")
-flags.DEFINE_integer("bleu_sentences", 100, "Dev sentences of the dev BLEU curve.",
-                     lower_bound=1)
-flags.DEFINE_boolean("jit_compile", None, "Train with XLA (default: only where a GPU is "
-                     "visible).")
+flags.DEFINE_integer("bleu_sentences", 100, "Dev sentences of the dev BLEU curve.", lower_bound=1)
+flags.DEFINE_boolean("jit_compile", None, "Train with XLA (default: only where a GPU is visible).")
 flags.DEFINE_string("output_json", None, "The results (default W/recipe.json); the picture of "
                     "the curve goes beside it (.png).")
 common.define_thread_flags()
@@ -57,22 +54,19 @@ flags.mark_flags_as_required(["work_dir"])
 
 
 class CurveCheckpoints(keras.callbacks.Callback):
-    """Every `every_minutes` of training (from `on_train_begin`, read after each update) and
-    after the last update, the model's weights (no optimizer state) in
-    `curve_dir/model.ckpt-STEP`; `points` holds {step, seconds, path} of each, also written to
-    `curve_dir/curve.json`."""
+    """Every `every_minutes` of training (from `on_train_begin`, read after each update) and after
+    the last update, the model's weights (no optimizer state) in `curve_dir/model.ckpt-STEP`;
+    `points` holds {step, seconds, path} of each, also written to `curve_dir/curve.json`."""
 
     def __init__(self, every_minutes: float, curve_dir: str):
         super().__init__()
         self.every, self.curve_dir, self.points = every_minutes * 60, curve_dir, []
-        self.start = self.last_update = self.manager = None
-        self.next_save = math.inf
+        self.start = self.last_update = self.manager = self.next_save = None
 
     def on_train_begin(self, logs=None):  # every 0: the last update's point only
         self.start = self.last_update = time.time()
         self.next_save = self.every or math.inf
-        self.manager = checkpoints.make_manager(self.curve_dir, self.model.model,
-                                                max_to_keep=None)
+        self.manager = checkpoints.make_manager(self.curve_dir, self.model.model, max_to_keep=None)
 
     def on_train_batch_end(self, batch, logs=None):
         self.last_update = time.time()
@@ -141,10 +135,9 @@ def main(unused_argv):
     report = {"machine": harness.machine(), "datagen_seconds": time.time() - start,
               **{name: FLAGS[name].value for name in ("train_minutes", "train_steps",
                                                        "t2t_lite_schedule", "hparams")},
-              "hparams_set": HPARAMS_SET, "xla": jit_compile,
-              "warmup_steps": hparams.learning_rate_warmup_steps,
+              "hparams_set": HPARAMS_SET, "xla": jit_compile, "warmup_steps": warmup,
               "learning_rate_constant": hparams.learning_rate_constant,
-              "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
+              harness.ONEDNN: os.environ.get(harness.ONEDNN)}
 
     curve = CurveCheckpoints(FLAGS.bleu_every_minutes, os.path.join(output_dir, "curve"))
     start = time.time()
@@ -163,9 +156,8 @@ def main(unused_argv):
     report["averaged_checkpoints"] = min(FLAGS.average_last, available)
     averaging.average_checkpoints(output_dir, report["averaged_checkpoints"], averaged)
     report["average_seconds"], start = time.time() - start, time.time()
-    paths = problem.text_paths(data_dir, "test")
-    sources, references = (decoder.read_sentences(paths[side])[:FLAGS.test_sentences or None]
-                           for side in ("inputs", "targets"))
+    sources, references = (decoder.read_sentences(path)[:FLAGS.test_sentences or None]
+                           for path in problem.text_paths(data_dir, "test").values())
     model = decoder.load_model("transformer", hparams, problem.vocab_size(data_dir),
                                output_dir, averaged)
     hypotheses = decoder.Translator(model, problem.feature_encoders(data_dir),
@@ -197,5 +189,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     common.run_main(main)

@@ -84,10 +84,6 @@ def op_self_seconds(function) -> collections.Counter:
     return self_seconds
 
 
-def group_of(op_type: str) -> str:
-    return next(name for name, pattern in GROUPS if re.search(pattern, op_type))
-
-
 def matmul_flops(batch, hparams, vocab_size):
     """FLOPs of one step's matrix multiplies, forward and backward (3 x forward): the dense
     layers over every padded position and the attention-score products QK^T and weights · V."""
@@ -135,12 +131,10 @@ def step_products(batch, hparams, vocab_size) -> list:
 
 
 def product_flops(products) -> int:
-    """2 · m · k · n of each product, times its leading (batch) dimensions, summed."""
-    total = 0
-    for a, b, transpose_a, transpose_b, _ in products:
-        m, k = (a[-1], a[-2]) if transpose_a else (a[-2], a[-1])
-        total += 2 * math.prod(a[:-2]) * m * k * (b[-2] if transpose_b else b[-1])
-    return total
+    """2 · m · k · n of each product, times its leading (batch) dimensions, summed: 2 · n times
+    the size of a, whichever way it is transposed."""
+    return sum(2 * math.prod(a) * (b[-2] if transpose_b else b[-1])
+               for a, b, _, transpose_b, _ in products)
 
 
 @tf.function(reduce_retracing=False)
@@ -197,16 +191,6 @@ def products_against_steps(steps, batches, hparams, vocab_size) -> dict:
     return alone
 
 
-def pipeline_rate(problem, hparams) -> float:
-    """Batches per second from the input pipeline alone (after its first batch)."""
-    iterator = iter(training_run.trainer_batches(problem, FLAGS.data_dir, hparams))
-    next(iterator)
-    start = time.perf_counter()
-    for _ in range(FLAGS.pipeline_batches):
-        next(iterator)
-    return FLAGS.pipeline_batches / (time.perf_counter() - start)
-
-
 def print_tables(result):
     ops, total = result["ops"], sum(result["ops"]["groups"].values())
     print(f"\n{FLAGS.hparams_set} on {PROBLEM}, no XLA; {harness.machine_line(result['machine'])}"
@@ -256,28 +240,32 @@ def main(unused_argv):
     training_run.timed_steps(steps, batches[:FLAGS.warmup_steps])
     profiled = batches[FLAGS.warmup_steps:]
     seconds = [step["seconds"] for step in training_run.timed_steps(steps, profiled)]
-    self_seconds = op_self_seconds(lambda: training_run.timed_steps(steps, profiled))
+    types = {op_type: value / len(profiled) for op_type, value in op_self_seconds(
+        lambda: training_run.timed_steps(steps, profiled)).most_common()}  # per step
     groups = collections.Counter()
-    for op_type, value in self_seconds.items():
-        groups[group_of(op_type)] += value / len(profiled)
-    flops = sum(matmul_flops(batch, hparams, vocab_size) for batch in profiled)
+    for op_type, value in types.items():
+        groups[next(name for name, pattern in GROUPS if re.search(pattern, op_type))] += value
+    step_flops = sum(matmul_flops(batch, hparams, vocab_size) for batch in profiled) / len(profiled)
     dense = training_run.dense_shapes(profiled[0], hparams, vocab_size)
     rates = matmul_rates.tf_matmul_rates(dense, runs=5)
     weighted = matmul_rates.flop_weighted_gflops(rates, {
         matmul_rates.shape_key(shape): value
         for shape, value in training_run.shape_flops(dense).items()})
     result["ops"] = {
-        "step_median_s": statistics.median(seconds), "groups": dict(groups),
-        "types": {op: s / len(profiled) for op, s in self_seconds.most_common()},
-        "top_types": [(op, s / len(profiled)) for op, s in self_seconds.most_common(8)],
-        "matmul_gflops": flops / sum(s for op, s in self_seconds.items()
-                                     if group_of(op) == "matrix multiplies") / 1e9,
+        "step_median_s": statistics.median(seconds), "groups": dict(groups), "types": types,
+        "top_types": list(types.items())[:8],
+        "matmul_gflops": step_flops / groups["matrix multiplies"] / 1e9,
         "matmul_2048_gflops": matmul_rates.tf_matmul_rates([matmul_rates.SQUARE])[
             matmul_rates.shape_key(matmul_rates.SQUARE)],
-        "matmul_gflop_per_step": flops / len(profiled) / 1e9,
+        "matmul_gflop_per_step": step_flops / 1e9,
         "standalone_gflops_by_shape": rates, "standalone_gflops_weighted": weighted,
-        "matmul_seconds_at_standalone_rate": flops / len(profiled) / weighted / 1e9}
-    result["pipeline"] = {"batches_per_s": pipeline_rate(problem, hparams),
+        "matmul_seconds_at_standalone_rate": step_flops / weighted / 1e9}
+    iterator = iter(training_run.trainer_batches(problem, FLAGS.data_dir, hparams))
+    next(iterator)  # the input pipeline alone, timed after its first batch
+    start = time.perf_counter()
+    for _ in range(FLAGS.pipeline_batches):
+        next(iterator)
+    result["pipeline"] = {"batches_per_s": FLAGS.pipeline_batches / (time.perf_counter() - start),
                           "steps_per_s": len(seconds) / sum(seconds)}
     if FLAGS.products_rounds:
         result["products_alone"] = products_against_steps(steps, profiled, hparams, vocab_size)

@@ -21,8 +21,6 @@ import harness  # noqa: E402  (benchmarks/, beside this script)
 import race_report  # noqa: E402
 from harness import HPARAMS_SET, PROBLEM, schedule_name as run_name  # noqa: E402
 
-from absl import logging  # noqa: E402
-
 from t2t_lite.decoding import decoder  # noqa: E402
 from t2t_lite.decoding.dev_bleu import first_dev_pairs  # noqa: E402
 
@@ -114,35 +112,33 @@ def run_entry(record: dict, toolkit: str, warmup: int, peak: float) -> dict:
 
 
 def run_logged(command: list, log_path: str) -> float:
-    """harness.run_logged, appended to the run's log; returns its seconds."""
     start = time.time()
     harness.run_logged(command, log_path, append=True)
     return time.time() - start
 
 
-def t2t_lite_segment(run_dir: str, warmup: int, peak: float, steps: int, dev: dict,
+def t2t_lite_segment(run_dir: str, warmup: int, constant: float, steps: int, dev: dict,
                      test: dict = None) -> dict:
     """t2t_lite-trainer to `steps` (resuming), then t2t_lite-decoder greedily on the dev
-    sentences from the checkpoint at `steps`; with `test`, the last --average_last checkpoints
-    averaged and the test set translated with beam 4, alpha 0.6 (the decoder's defaults)."""
-    constant = harness.learning_rate_constant(warmup, peak,
-                                              registry.hparams(HPARAMS_SET).hidden_size)
+    sentences from the checkpoint at `steps`, scored; with `test`, the test set too, with beam 4
+    and alpha 0.6 (the decoder's defaults) from the last --average_last checkpoints averaged."""
     log_path, module = os.path.join(run_dir, "race.log"), [sys.executable, "-m"]
-    decode = module + ["t2t_lite.bin.decoder", f"--data_dir={data_dir()}",
-                       f"--output_dir={run_dir}"]
+    folders = [f"--data_dir={data_dir()}", f"--output_dir={run_dir}"]
     result = {"dev_hypotheses": os.path.join(run_dir, f"dev.greedy.{steps}.en")}
     result["train_process_seconds"] = run_logged(module + [
-        "t2t_lite.bin.trainer", f"--problem={PROBLEM}", "--model=transformer",
-        f"--hparams_set={HPARAMS_SET}",
+        "t2t_lite.bin.trainer", *folders, f"--problem={PROBLEM}", "--model=transformer",
+        f"--hparams_set={HPARAMS_SET}", f"--train_steps={steps}",
         f"--hparams=learning_rate_warmup_steps={warmup},learning_rate_constant={constant!r}",
-        f"--data_dir={data_dir()}", f"--output_dir={run_dir}", f"--train_steps={steps}",
         f"--save_checkpoints_steps={FLAGS.save_every}", "--keep_checkpoint_max=100",
         "--eval_every=1000000", "--eval_steps=0", "--eval_bleu_sentences=0",
         "--log_every_steps=50"], log_path)
+    decode = module + ["t2t_lite.bin.decoder", *folders]
     result["dev_decode_seconds"] = run_logged(decode + [
         f"--checkpoint_path={os.path.join(run_dir, f'model.ckpt-{steps}')}",
         f"--decode_from_file={dev['source']}", f"--decode_to_file={result['dev_hypotheses']}",
         "--decode_hparams=beam_size=1"], log_path)
+    result["dev_bleu"] = decoder.score(decoder.read_sentences(result["dev_hypotheses"]),
+                                       dev["references"])["bleu"]
     if test:
         averaged = os.path.join(run_dir, harness.AVERAGED)
         run_logged(module + ["t2t_lite.bin.avg_checkpoints", f"--output_dir={run_dir}",
@@ -151,16 +147,18 @@ def t2t_lite_segment(run_dir: str, warmup: int, peak: float, steps: int, dev: di
         result["test_decode_seconds"] = run_logged(decode + [
             f"--checkpoint_path={averaged}", f"--decode_from_file={test['source']}",
             f"--decode_to_file={result['test_hypotheses']}"], log_path)
+        scores = decoder.score(decoder.read_sentences(result["test_hypotheses"]),
+                               test["references"])
+        result.update(test_bleu=scores["bleu"], test_bleu_signature=scores["bleu_signature"],
+                      averaged_checkpoints=FLAGS.average_last)
     return result
 
 
-def peer_segment(toolkit: str, run_dir: str, warmup: int, peak: float, steps: int,
+def peer_segment(toolkit: str, run_dir: str, warmup: int, constant: float, steps: int,
                  dev: dict, test: dict = None, resume: bool = False) -> dict:
     """The peer's run.py to `steps` (--continue_training after the first segment), which also
     translates the dev sentences greedily with the last checkpoint and, with `test`, averages
     the last checkpoints and translates the test set with beam 4 (--decode)."""
-    constant = harness.learning_rate_constant(warmup, peak,
-                                              registry.hparams(HPARAMS_SET).hidden_size)
     json_path = os.path.join(run_dir, f"segment.{steps}.json")
     command = [sys.executable, os.path.join(harness.PEERS, toolkit, "run.py"),
                f"--data_dir={data_dir()}", f"--tmp_dir={FLAGS.tmp_dir}",
@@ -171,7 +169,6 @@ def peer_segment(toolkit: str, run_dir: str, warmup: int, peak: float, steps: in
                f"--output_json={json_path}", *PEER_FLAGS[toolkit]]
     command += ["--continue_training"] * resume + (
         ["--decode", f"--test_sentences={FLAGS.test_sentences}"] if test else [])
-    os.makedirs(run_dir, exist_ok=True)
     seconds = run_logged(command, os.path.join(run_dir, "race.log"))
     with open(json_path, encoding="utf-8") as handle:
         result = json.load(handle)
@@ -203,20 +200,14 @@ def reach(record: dict, record_path: str, toolkit: str, warmup: int, peak: float
     run_dir = os.path.join(FLAGS.work_dir, "runs", toolkit, run_name(warmup, peak))
     os.makedirs(run_dir, exist_ok=True)
     name = f"{race_report.NAMES[toolkit]} {run_name(warmup, peak)}"
-    print(f"\n{name}: to {milestone} updates" + (" and the test set" if test else ""),
-          flush=True)
+    print(f"\n{name}: to {milestone} updates" + (" and the test set" if test else ""), flush=True)
     start = time.time()
+    constant = harness.learning_rate_constant(warmup, peak,
+                                              registry.hparams(HPARAMS_SET).hidden_size)
     if toolkit == "t2t_lite":
-        segment = t2t_lite_segment(run_dir, warmup, peak, milestone, dev, test)
-        segment["dev_bleu"] = decoder.score(decoder.read_sentences(segment["dev_hypotheses"]),
-                                            dev["references"])["bleu"]
-        if test:
-            scores = decoder.score(decoder.read_sentences(segment["test_hypotheses"]),
-                                   test["references"])
-            segment.update(test_bleu=scores["bleu"], test_bleu_signature=scores["bleu_signature"],
-                           averaged_checkpoints=FLAGS.average_last)
+        segment = t2t_lite_segment(run_dir, warmup, constant, milestone, dev, test)
     else:
-        segment = peer_segment(toolkit, run_dir, warmup, peak, milestone, dev, test,
+        segment = peer_segment(toolkit, run_dir, warmup, constant, milestone, dev, test,
                                resume=bool(entry["milestones"]))
     segment.update(step=milestone, seconds=time.time() - start,
                    finished=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -273,10 +264,8 @@ def main(unused_argv):
     problem = registry.problem(PROBLEM)
     problem.generate_data(data_dir(), FLAGS.tmp_dir)
     dev = write_pairs("dev", *first_dev_pairs(problem, data_dir(), FLAGS.dev_sentences))
-    paths = problem.text_paths(data_dir(), "test")
-    test = write_pairs("test", *(decoder.read_sentences(paths[side])[:FLAGS.test_sentences
-                                                                     or None]
-                                 for side in ("inputs", "targets")))
+    test = write_pairs("test", *(decoder.read_sentences(path)[:FLAGS.test_sentences or None]
+                                 for path in problem.text_paths(data_dir(), "test").values()))
     chosen = {}
     for toolkit in FLAGS.toolkits:  # every choice first, then the chosen runs to the end
         try:
@@ -295,5 +284,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     common.run_main(main)

@@ -21,14 +21,8 @@ def chosen_runs(record: dict) -> dict:
     """{run key: run entry} of each toolkit's chosen schedule, or of all its schedules while it
     has not chosen yet."""
     choices = record.get("choices", {})
-    return {key: entry for key, entry in record["runs"].items()
-            if entry["toolkit"] not in choices
+    return {key: entry for key, entry in record["runs"].items() if entry["toolkit"] not in choices
             or key == f"{entry['toolkit']}/{choices[entry['toolkit']]['chosen']}"}
-
-
-def points(entry: dict) -> list:
-    return sorted((int(step), segment["dev_bleu"]) for step, segment in
-                  entry["milestones"].items())
 
 
 def bleu_cells(entry: dict, milestones: list) -> list:
@@ -85,18 +79,15 @@ def draw(record: dict, updates_per_minute: dict, path: str):
     plot, panels = harness.pyplot(), 2 if updates_per_minute else 1
     figure, axes = plot.subplots(1, panels, figsize=(6 * panels, 4.2), dpi=110, squeeze=False)
     for entry in chosen_runs(record).values():
-        toolkit = entry["toolkit"]
-        steps, bleu = zip(*points(entry)) if entry["milestones"] else ((), ())
-        label = f"{NAMES[toolkit]} (w{entry['warmup']}, peak {entry['peak']:g})"
-        axes[0][0].plot(steps, bleu, marker="o", label=label)
-        if panels == 2 and updates_per_minute.get(toolkit):
-            axes[0][1].plot([s / updates_per_minute[toolkit] for s in steps], bleu, marker="o",
-                            label=label)
-    axes[0][0].set_xlabel("updates (4,096 tokens a batch)")
-    if panels == 2:
-        axes[0][1].set_xlabel("minutes at each toolkit's speed in one alternating run")
-    for axis in axes[0]:
-        axis.set(ylabel=f"dev BLEU (greedy, {record['dev_sentences']} sentences)",
+        steps = sorted(int(step) for step in entry["milestones"])
+        bleu = [entry["milestones"][str(step)]["dev_bleu"] for step in steps]
+        label = f"{NAMES[entry['toolkit']]} (w{entry['warmup']}, peak {entry['peak']:g})"
+        for axis, rate in zip(axes[0], (1, updates_per_minute.get(entry["toolkit"]))):
+            if rate:  # updates, then minutes at the toolkit's updates per minute
+                axis.plot([s / rate for s in steps], bleu, marker="o", label=label)
+    for axis, xlabel in zip(axes[0], ["updates (4,096 tokens a batch)",
+                                      "minutes at each toolkit's speed in one alternating run"]):
+        axis.set(xlabel=xlabel, ylabel=f"dev BLEU (greedy, {record['dev_sentences']} sentences)",
                  xlim=(0, None), ylim=(0, None))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)

@@ -33,8 +33,7 @@ def training_steps(hparams, vocab_size: int, jit_compile: bool) -> TrainingSteps
     keras.backend.clear_session()
     keras.utils.set_random_seed(1)
     model = build_model("transformer", hparams, vocab_size)
-    return TrainingSteps(model, trainer.make_optimizer(hparams), hparams,
-                         jit_compile=jit_compile)
+    return TrainingSteps(model, trainer.make_optimizer(hparams), hparams, jit_compile=jit_compile)
 
 
 def trainer_batches(problem, data_dir: str, hparams, seed: int = TRAINER_SEED):
@@ -77,21 +76,17 @@ PROGRESS_LINE = re.compile(
 
 
 def parse_trainer_log(text: str, year: int) -> dict:
-    """The "training" line and progress lines of t2t_lite-trainer's `text` (`year`: that of its
-    first line): {"start" (None without a "training" line), "first_step", "parameters",
-    "lines": [{"step", "seconds", "loss", "learning_rate", "logged_target_tokens_per_s",
-    "logged_source_tokens_per_s" (or None), "logged_steps_per_s"}]}, seconds since the epoch."""
-    events = sorted([(m.start(), m) for m in TRAINING_LINE.finditer(text)]
-                    + [(m.start(), m) for m in PROGRESS_LINE.finditer(text)],
-                    key=lambda event: event[0])
+    """The last run's "training" line ("start" None without one) and progress lines in
+    t2t_lite-trainer's `text` (`year`: that of its first line), times in seconds since the
+    epoch; a line without a source rate has "logged_source_tokens_per_s" None."""
     result = {"start": None, "first_step": None, "parameters": None, "lines": []}
     month = 0
-    for _, match in events:
+    for match in sorted([*TRAINING_LINE.finditer(text), *PROGRESS_LINE.finditer(text)],
+                        key=lambda match: match.start()):
         year += int(match["month"]) < month  # a log that runs past New Year
         month = int(match["month"])
-        clock = datetime.datetime.strptime(match["time"], "%H:%M:%S.%f")
-        seconds = datetime.datetime(year, month, int(match["day"]), clock.hour, clock.minute,
-                                    clock.second, clock.microsecond).timestamp()
+        seconds = datetime.datetime.strptime(f"{year}-{month}-{match['day']} {match['time']}",
+                                             "%Y-%m-%d %H:%M:%S.%f").timestamp()
         if "parameters" in match.re.groupindex:
             result.update(start=seconds, first_step=int(match["step"]),
                           parameters=int(match["parameters"]), lines=[])  # the last run's
@@ -100,8 +95,7 @@ def parse_trainer_log(text: str, year: int) -> dict:
             "step": int(match["step"]), "seconds": seconds, "loss": float(match["loss"]),
             "learning_rate": float(match["learning_rate"]),
             "logged_target_tokens_per_s": float(match["target"]),
-            "logged_source_tokens_per_s": None if match["source"] is None
-            else float(match["source"]),
+            "logged_source_tokens_per_s": match["source"] and float(match["source"]),
             "logged_steps_per_s": float(match["steps_per_s"])})
     return result
 
@@ -109,9 +103,8 @@ def parse_trainer_log(text: str, year: int) -> dict:
 def trainer_windows(log: dict, updates: list) -> list:
     """One window a progress line of a parsed trainer log, from the line before (the first from
     the "training" line), with the tokens of `updates` (the batches it trained on, from update
-    1): {"first_step", "step", "seconds", "target_tokens", "source_tokens", "positions",
-    "new_shapes" (updates of a batch shape no earlier one had), their rates, "count_check" (the
-    trainer's own target tokens/s over the counted one, minus 1), and the line's values}."""
+    1), their rates, "new_shapes" (updates of a batch shape no earlier one had), "count_check"
+    (the trainer's own target tokens/s over the counted one, minus 1) and the line's values."""
     if log["start"] is None:
         raise ValueError("no \"training ... from step\" line in t2t_lite-trainer's log")
     seen, new_at = set(), []
@@ -145,16 +138,14 @@ def trainer_windows(log: dict, updates: list) -> list:
 
 
 def timed_steps(steps: TrainingSteps, batches) -> list:
-    """Each step's input shape, real source and target tokens, all positions, and seconds."""
+    """Each step's seconds and real source and target tokens."""
     timed = []
     for batch in batches:
         start = time.perf_counter()
         counts = {name: float(value) for name, value in steps.train_step(batch).items()}
-        timed.append({"shape": list(batch["inputs"].shape),
-                      "seconds": time.perf_counter() - start,
+        timed.append({"seconds": time.perf_counter() - start,
                       "targets_real": counts["target_tokens"],
-                      "inputs_real": counts["real_tokens"] - counts["target_tokens"],
-                      "tensor": counts["padded_tokens"]})
+                      "inputs_real": counts["real_tokens"] - counts["target_tokens"]})
     return timed
 
 
@@ -181,7 +172,6 @@ def dense_shapes(batch, hparams, vocab_size) -> collections.Counter:
 
 
 def shape_flops(shapes) -> dict:
-    """{(m, k, n): FLOPs of all the matmuls of that shape}."""
     return {(m, k, n): 2 * m * k * n * count for (m, k, n), count in shapes.items()}
 
 
