@@ -28,12 +28,15 @@ def main(argv):
     from t2t_lite.output_lock import OutputLock
     from t2t_lite.storage_errors import reported_full_storage
     from t2t_lite.training import averaging
+    common.check_inputs_reachable("output_dir")
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
-    output_paths.prepare_output_folder(FLAGS.out, "out")
-    averaging.check_out(FLAGS.out)
+    created = output_paths.prepare_output_folder(FLAGS.out, "out")
     lock = OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}")
-    with reported_full_storage(FLAGS.out, "out"), lock:
-        prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
+    # The lock released first: a failure leaves no folder that this run made.
+    with output_paths.removed_on_failure(created):
+        averaging.check_out(FLAGS.out)
+        with reported_full_storage(FLAGS.out, "out"), lock:
+            prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")

@@ -136,6 +136,19 @@ def hparams_from_flags():
     return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
 
 
+def check_inputs_reachable(*names: str):
+    """For each of these flags that is given (a file or folder the program reads), a
+    StorageError "--name=path: cannot reach ..." when its storage cannot be reached (a gs://
+    bucket without network, a scheme TensorFlow has no file system for:
+    output_paths.check_reachable), before any work; else TensorFlow's error came out as a
+    traceback from wherever the path was first read."""
+    from t2t_lite import output_paths
+    for name in names:
+        path = FLAGS[name].value
+        if path:
+            output_paths.check_reachable(path, f"--{name}={path}")
+
+
 def trained_run_from_flags():
     """(problem name, model name, hparams) of the model in --output_dir: from the flags when
     given, else from the hparams.json the trainer wrote there."""

@@ -9,9 +9,8 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 
 # Only for problems read from the user's own files (translate_text_files).
 SPLITS_WITH_FILES = ("train", "dev", "test")
-FILE_PROBLEM_FLAGS = ([f"{split}_{side}" for split in SPLITS_WITH_FILES
-                       for side in ("source", "target")]
-                      + ["source_language", "target_language", "approx_vocab_size"])
+FILE_FLAGS = [f"{split}_{side}" for split in SPLITS_WITH_FILES for side in ("source", "target")]
+FILE_PROBLEM_FLAGS = FILE_FLAGS + ["source_language", "target_language", "approx_vocab_size"]
 
 
 def define_flags():
@@ -41,6 +40,7 @@ def file_pair(split):
 
 
 def main(argv):
+    common.check_inputs_reachable("tmp_dir", *FILE_FLAGS)  # --data_dir: by its lock's check
     problem = registry.problem(FLAGS.problem)
     given = [name for name in FILE_PROBLEM_FLAGS if FLAGS[name].value is not None]
     if not hasattr(problem, "configure"):

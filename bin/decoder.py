@@ -33,6 +33,8 @@ def define_flags():
 
 def main(argv):
     from t2t_lite.decoding import decoder
+    common.check_inputs_reachable("decode_from_file", "score_reference", "output_dir",
+                                  "checkpoint_path", "data_dir")
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
                                "(it draws the first input lines with their translations)")

@@ -32,14 +32,17 @@ def main(argv):
     from t2t_lite import output_paths
     from t2t_lite.output_lock import OutputLock
     from t2t_lite.serving import export
+    common.check_inputs_reachable("output_dir", "checkpoint_path", "data_dir")
     problem, model_name, hparams = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
     # --decode_hparams only the search's settings apply.
     search_hparams, _ = common.decode_hparams_from_flags()
     export_dir = FLAGS.export_dir.rstrip("/")
-    output_paths.prepare_parent_folder(export_dir, "export_dir")
-    # Beside the SavedModel's folder, which does not exist until it is written whole.
-    with OutputLock.beside(export_dir, f"write --export_dir={export_dir}"):
+    created = output_paths.prepare_parent_folder(export_dir, "export_dir")
+    # Beside the SavedModel's folder, which does not exist until it is written whole; released
+    # before a failure removes the folders made for it.
+    with output_paths.removed_on_failure(created), \
+            OutputLock.beside(export_dir, f"write --export_dir={export_dir}"):
         checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
                                    FLAGS.output_dir, export_dir, search_hparams,
                                    FLAGS.checkpoint_path, FLAGS.export_jit_compile,

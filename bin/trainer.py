@@ -58,6 +58,7 @@ def main(argv):
     # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
     common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
+    common.check_inputs_reachable("data_dir")  # --output_dir: its lock's check, in train
     config = trainer.RunConfig(
         train_steps=FLAGS.train_steps, train_minutes=FLAGS.train_minutes,
         eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,

@@ -4,7 +4,9 @@ A program that only finds out at the end that it cannot write its result (`--dec
 in a folder that does not exist, after hours of decoding; `--output_dir` naming a file) loses
 the work. Each program therefore prepares every path it will write before it starts: missing
 parent folders are created, and a path that cannot be written is refused at once, in an error
-naming the flag. Everything goes through `tf.io.gfile`, so gs:// and ram:// paths work too.
+naming the flag. The folders made are returned, so that a program that fails later removes
+them again (`removed_on_failure`: a failed export or average leaves no empty folder behind).
+Everything goes through `tf.io.gfile`, so gs:// and ram:// paths work too.
 
 Storage that cannot be reached (gs:// without a network, a bucket one may not read) is found out
 first, in seconds: `check_reachable` asks whether the path exists, and an answer that is an
@@ -12,10 +14,12 @@ error, or no answer within REACH_SECONDS, is one StorageError naming the path an
 A path found reachable is not asked about again in the same process (a trainer's start checks
 its output_dir three times: the lock, the folder, the lock again).
 """
+import contextlib
 import threading
 import uuid
 
 import tensorflow as tf
+from absl import logging
 
 from t2t_lite.errors import FlagError
 from t2t_lite.storage_errors import StorageError, reported_full_storage
@@ -79,10 +83,21 @@ def _check_writable(folder: str, flag: str, path: str):
                         f"{one_line(error.message)}") from None
 
 
-def _prepare_folder(folder: str, flag: str, path: str, is_file: bool = False):
-    """Creates `folder` (the one --flag=path names or writes in) and its parents; raises
-    StorageError naming --flag=path if its storage cannot be reached, FlagError if it is a
-    file or cannot be created or written, or if `is_file` and `path` is a folder."""
+def _missing_folders(folder: str) -> list:
+    """`folder` and those of its parents that do not exist, deepest first."""
+    missing = []
+    while folder not in ("", ".") and not folder.endswith(":/") and \
+            not tf.io.gfile.exists(folder):
+        missing.append(folder)
+        folder = parent_folder(folder)
+    return missing
+
+
+def _prepare_folder(folder: str, flag: str, path: str, is_file: bool = False) -> list:
+    """Creates `folder` (the one --flag=path names or writes in) and its parents and returns
+    those it created, deepest first; raises StorageError naming --flag=path if its storage
+    cannot be reached, FlagError if it is a file or cannot be created or written, or if
+    `is_file` and `path` is a folder."""
     check_reachable(folder, f"--{flag}={path}")
     if is_file and tf.io.gfile.isdir(path):
         raise FlagError(f"--{flag}={path} is a folder: give a file name")
@@ -90,17 +105,41 @@ def _prepare_folder(folder: str, flag: str, path: str, is_file: bool = False):
     if tf.io.gfile.exists(folder) and not tf.io.gfile.isdir(folder):
         raise FlagError(f"{named} is a file, not a folder" +
                         (": choose a folder" if folder == path else ""))
+    created = _missing_folders(folder.rstrip("/") or folder)
+    with removed_on_failure(created):
+        try:
+            tf.io.gfile.makedirs(folder)
+        except tf.errors.OpError as error:
+            raise FlagError(f"{named}: cannot create the folder: "
+                            f"{one_line(error.message)}") from None
+        _check_writable(folder, flag, path)
+    return created
+
+
+@contextlib.contextmanager
+def removed_on_failure(created: list):
+    """Runs the block; when it raises, removes the folders in `created` (what a prepare_*
+    function returned: the folders it made, deepest first) that are empty, so that a program
+    that fails leaves no folder it made. A folder that was there before is never in `created`,
+    and one that holds something (another program's files) is kept."""
     try:
-        tf.io.gfile.makedirs(folder)
-    except tf.errors.OpError as error:
-        raise FlagError(f"{named}: cannot create the folder: {one_line(error.message)}") from None
-    _check_writable(folder, flag, path)
+        yield
+    except BaseException:
+        for folder in created:
+            try:
+                # tf.io.gfile removes a folder only with what is in it: asked empty first.
+                if tf.io.gfile.isdir(folder) and not tf.io.gfile.listdir(folder):
+                    tf.io.gfile.rmtree(folder)
+            except tf.errors.OpError as error:  # the error the program ends with matters more
+                logging.warning("leaving the folder %s: %s", folder, one_line(error.message))
+        raise
 
 
-def prepare_output_folder(folder: str, flag: str):
-    """Creates `folder` and its parents; raises StorageError naming --flag if its storage
-    cannot be reached, FlagError if it is a file or cannot be created or written."""
-    _prepare_folder(folder, flag, folder)
+def prepare_output_folder(folder: str, flag: str) -> list:
+    """Creates `folder` and its parents and returns those it created (for
+    `removed_on_failure`); raises StorageError naming --flag if its storage cannot be reached,
+    FlagError if it is a file or cannot be created or written."""
+    return _prepare_folder(folder, flag, folder)
 
 
 def parent_folder(path: str) -> str:
@@ -110,13 +149,13 @@ def parent_folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
-def prepare_parent_folder(path: str, flag: str):
-    """Creates the folder that `path` will be written in; raises StorageError naming --flag if
-    its storage cannot be reached, FlagError if it is a file or cannot be created or
-    written."""
-    _prepare_folder(parent_folder(path), flag, path)
+def prepare_parent_folder(path: str, flag: str) -> list:
+    """Creates the folder that `path` will be written in and returns the folders it created
+    (for `removed_on_failure`); raises StorageError naming --flag if its storage cannot be
+    reached, FlagError if it is a file or cannot be created or written."""
+    return _prepare_folder(parent_folder(path), flag, path)
 
 
-def prepare_output_file(path: str, flag: str):
+def prepare_output_file(path: str, flag: str) -> list:
     """prepare_parent_folder, and a FlagError if `path` is a folder."""
-    _prepare_folder(parent_folder(path), flag, path, is_file=True)
+    return _prepare_folder(parent_folder(path), flag, path, is_file=True)

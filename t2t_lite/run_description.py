@@ -4,7 +4,16 @@ The trainer writes it beside the checkpoints, the averager copies it beside an a
 checkpoint and the exporter beside the SavedModel, so that the decoder and the exporter rebuild
 the same model from a folder alone (t2t kept hparams.json in its output_dir for the same use):
 
-    {"problem": "algorithmic_copy", "model": "transformer", "hparams": {HParams.to_dict()}}
+    {"problem": "algorithmic_copy", "model": "transformer", "hparams": {HParams.to_dict()},
+     "changes": [{"step": 2000, "hparams": {"learning_rate_constant": 1.0}}]}
+
+"hparams" are those the run began with. A resumed run may change some (the trainer's
+CHANGEABLE_ON_RESUME: the learning rate, dropout, ...); the record is then kept as it was and
+what changed is appended to "changes", with the step of the checkpoint it resumed from (the
+updates after it used the new values), so that the record still says what every part of the
+run trained with (`record_training`; tensor2tensor, and t2t_lite before, overwrote the file).
+The hparams a reader gets are the last ones: "hparams" with every change applied in order. A
+run that never changed anything has no "changes".
 
 Reading it checks it whole: a file that is not JSON, lacks a key, names an hparam that does not
 exist or gives one a value of the wrong type is one RunDescriptionError naming the file and what
@@ -42,19 +51,47 @@ def save_run_description(output_dir: str, problem_name: str, model_name: str, hp
 
 
 def saved_run(output_dir: str) -> dict:
-    """{"problem", "model", "hparams" (HParams)} as recorded in output_dir, or {} when there is
-    no hparams.json; RunDescriptionError when there is one that cannot be read."""
+    """{"problem", "model", "hparams" (HParams, every change applied), and "changes" as
+    recorded if any} of the run recorded in output_dir, or {} when there is no hparams.json;
+    RunDescriptionError when there is one that cannot be read."""
+    return _load(output_dir)[1]
+
+
+def _load(output_dir: str) -> tuple:
+    """(the JSON object in output_dir's hparams.json, saved_run's dict), ({}, {}) without one."""
     path = description_path(output_dir)
     if not tf.io.gfile.exists(path):
-        return {}
+        return {}, {}
     try:
         with tf.io.gfile.GFile(path) as handle:
-            return _parse_description(handle.read())
+            description = json.loads(handle.read())
+        return description, _parse_description(description)
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise RunDescriptionError(
             f"{path} cannot be read: {_reason(error)}. It records the problem, model and hparams "
             f"of the checkpoints in {output_dir}: correct it or put back a copy (for a new run, "
             f"choose a new --output_dir)") from None
+
+
+def record_training(output_dir: str, problem_name: str, model_name: str, hparams, step: int):
+    """Records in output_dir/hparams.json that training goes on from `step` with `hparams`:
+    a new record when there is none or no step has been trained yet (step 0); else the record
+    kept, with the hparams that differ from its last ones appended to its "changes" as
+    {"step": step, "hparams": {name: new value}} (nothing written when none differ). The
+    problem and the model must be the recorded ones (the trainer's resumable_hparams)."""
+    description, recorded = _load(output_dir)
+    if not recorded or step == 0:
+        save_run_description(output_dir, problem_name, model_name, hparams)
+        return
+    changed = differing_values(recorded, problem_name, model_name, hparams)
+    if set(changed) & set(_NAMES):
+        raise ValueError(f"{description_path(output_dir)} records another run: "
+                         f"{sorted(set(changed) & set(_NAMES))} differ")
+    if changed:
+        change = {"step": step, "hparams": {name: after for name, (_, after) in changed.items()}}
+        description = {**description, "changes": [*description.get("changes", []), change]}
+        with atomic_write(description_path(output_dir)) as handle:
+            handle.write(json.dumps(description, indent=2))
 
 
 def _reason(error: Exception) -> str:
@@ -65,9 +102,9 @@ def _reason(error: Exception) -> str:
     return str(error)
 
 
-def _parse_description(text: str) -> dict:
-    """The description in `text`, or ValueError saying what is wrong with it."""
-    description = json.loads(text)
+def _parse_description(description) -> dict:
+    """saved_run's dict of the JSON object `description`, or ValueError saying what is wrong
+    with it."""
     if not isinstance(description, dict):
         raise ValueError(f"it holds {type(description).__name__}, not an object with "
                          f"\"problem\", \"model\" and \"hparams\"")
@@ -79,9 +116,19 @@ def _parse_description(text: str) -> dict:
             raise ValueError(f"{key!r} is {description[key]!r}: expected a name")
     if not isinstance(description["hparams"], dict):
         raise ValueError(f"'hparams' is {description['hparams']!r}: expected an object")
+    hparams = description["hparams"]
+    changes = description.get("changes", [])
+    if not isinstance(changes, list):
+        raise ValueError(f"'changes' is {changes!r}: expected a list")
+    for change in changes:
+        if not (isinstance(change, dict) and isinstance(change.get("step"), int)
+                and isinstance(change.get("hparams"), dict)):
+            raise ValueError(f"the change {change!r} is not an object with a \"step\" number "
+                             f"and \"hparams\"")
+        hparams = {**hparams, **change["hparams"]}
     # HParams.from_dict names an unknown key or a value of the wrong type (an HParamsError is
     # a ValueError); HParams' own checks then name a value out of range.
-    return {**description, "hparams": HParams.from_dict(description["hparams"])}
+    return {**description, "hparams": HParams.from_dict(hparams)}
 
 
 def differing_values(recorded: dict, problem_name: str, model_name: str, hparams) -> dict:

@@ -12,7 +12,8 @@ TensorFlow's `checkpoint` state file naming it, which `--checkpoint_path=P` foll
 (checkpoints.resolve takes a folder's latest checkpoint). A new average is written whole beside
 the old one, the state file is replaced in one rename (atomic_files), and only then is the old
 one removed: a program killed at any point leaves the old average or the new one, complete, and
-a failed write (a full disk) leaves the old one and removes the new one's files.
+a failed write (a full disk) leaves the old one and removes the new one's files (and the
+hparams.json copied beside them, when there was no average before).
 tensor2tensor's averager saved over the previous average in place (tf.train.Saver, as
 `OUTPUT_PATH-0`); t2t_lite wrote `P.index` and `P.data-*` and renamed the new data over the old
 before the index, so that a kill between the two renames paired new data with the old index
@@ -127,12 +128,15 @@ def _replace_average(values: dict, out_path: str, step: str) -> str:
 
 def _keep_run_description(output_dir: str, out_path: str):
     """Copies output_dir's hparams.json beside the result when it goes to a folder without
-    one, so that either folder serves as the decoder's --output_dir."""
+    one, so that either folder serves as the decoder's --output_dir; returns the copy's path,
+    or None when none was made."""
     source = tf.io.gfile.join(output_dir, HPARAMS_FILE)
     target = tf.io.gfile.join(output_paths.parent_folder(out_path), HPARAMS_FILE)
-    if tf.io.gfile.exists(source) and not tf.io.gfile.exists(target):
-        with atomic_files.atomic_path(target) as temporary:
-            tf.io.gfile.copy(source, temporary, overwrite=True)
+    if not tf.io.gfile.exists(source) or tf.io.gfile.exists(target):
+        return None
+    with atomic_files.atomic_path(target) as temporary:
+        tf.io.gfile.copy(source, temporary, overwrite=True)
+    return target
 
 
 def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:
@@ -167,8 +171,15 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
         averages[checkpoints.variable_path(key)] = value
     check_out(out_path)
     tf.io.gfile.makedirs(out_path)
-    _keep_run_description(output_dir, out_path)  # first: a full disk leaves the old average
-    prefix = _replace_average(averages, out_path, _step(paths[-1]))
+    earlier = _current_name(out_path)
+    # First, so that a full disk leaves the old average; removed again if the new one fails.
+    copied = _keep_run_description(output_dir, out_path)
+    try:
+        prefix = _replace_average(averages, out_path, _step(paths[-1]))
+    except BaseException:
+        if copied and _current_name(out_path) == earlier:  # the new average is not in place
+            atomic_files.remove_if_exists(copied)
+        raise
     logging.info("averaged %d checkpoints of %s (steps %s to %s; the average stands for step "
                  "%s) into %s", len(paths), output_dir, _step(paths[0]), _step(paths[-1]),
                  _step(paths[-1]), prefix)

@@ -24,8 +24,8 @@ from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.errors import UserError
 from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
-from t2t_lite.run_description import (description_path, differing_values,
-                                      save_run_description, saved_run)
+from t2t_lite.run_description import (description_path, differing_values, record_training,
+                                      saved_run)
 from t2t_lite.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
@@ -324,11 +324,12 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
             raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
 
 
-def record_run(output_dir, problem_name, model_name, hparams, train_steps: int):
-    """hparams.json and the learning-rate picture, written once the latest checkpoint has
-    restored into the model these hparams build: the record never describes a model other
-    than the checkpoints beside it."""
-    save_run_description(output_dir, problem_name, model_name, hparams)
+def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int):
+    """hparams.json (a resume's changes appended to it: run_description.record_training) and
+    the learning-rate picture, written once the latest checkpoint, of `step`, has restored into
+    the model these hparams build: the record never describes a model other than the
+    checkpoints beside it."""
+    record_training(output_dir, problem_name, model_name, hparams, step)
     write_learning_rate_picture(hparams, train_steps,
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
 
@@ -346,14 +347,14 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         if latest:
             checkpoints.restore(latest, model, optimizer)
             logging.info("resuming from %s", latest)
+    step = int(optimizer.iterations.numpy())
     if chief:
-        record_run(output_dir, problem_name, model_name, hparams, config.train_steps)
+        record_run(output_dir, problem_name, model_name, hparams, step, config.train_steps)
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
     if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
                         "and target buckets (hundreds of shapes); length_bucketing=longer has "
                         "one shape per bucket, or train with --nojit_compile")
-    step = int(optimizer.iterations.numpy())
     if step >= config.train_steps:
         logging.info("already trained %d of %d steps", step, config.train_steps)
         return model

@@ -2,6 +2,7 @@
 loses nothing: a second trainer on a locked folder, flags that must be positive, missing
 data, output paths that cannot be written, a checkpoint that does not exist; and a bug still
 shows its traceback."""
+import os
 import shutil
 import signal
 import subprocess
@@ -137,6 +138,38 @@ def test_decode_to_file_in_a_new_folder_is_created_and_a_bad_one_refused_first(
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
                     f"--decode_from_file={tmp_path / 'missing.txt'}")
     assert code == 2 and f"error: missing file {tmp_path / 'missing.txt'}" in out, out
+
+
+# A file system TensorFlow has none for: refused at once, without a network (a gs:// bucket
+# that cannot be reached goes the same way: tests/test_unreachable_storage.py).
+UNREACHABLE = "nosuchfs://bucket/x"
+
+
+@pytest.mark.parametrize("program, flags, flag", [
+    ("decoder", ["--data_dir=D", "--output_dir=O", "--problem=algorithmic_copy",
+                 "--hparams_set=transformer_tiny"], "decode_from_file"),
+    ("decoder", ["--data_dir=D", "--output_dir=O", "--decode_from_file=/dev/null",
+                 "--problem=algorithmic_copy", "--hparams_set=transformer_tiny"],
+     "score_reference"),
+    ("decoder", ["--data_dir=D", "--decode_from_file=/dev/null"], "output_dir"),
+    ("exporter", ["--data_dir=D", "--export_dir=E"], "output_dir"),
+    ("avg_checkpoints", ["--out=A"], "output_dir"),
+    ("trainer", ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
+                 "--output_dir=O"], "data_dir"),
+    ("datagen", ["--problem=algorithmic_copy", "--data_dir=D"], "tmp_dir"),
+])
+def test_an_input_that_cannot_be_reached_is_one_error_naming_the_flag(tmp_path, program, flags,
+                                                                       flag):
+    """Relative D, O, E and A, in tmp_path: nothing is written there either."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"t2t_lite.bin.{program}", *flags, f"--{flag}={UNREACHABLE}"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith(f"error: --{flag}={UNREACHABLE}: cannot reach {UNREACHABLE}: "
+                                f"File system scheme 'nosuchfs' not implemented"), errors
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_checkpoint_from_other_hparams_is_named(data_dir, trained_dir):

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import checkpoints
+from t2t_lite import checkpoints, registry
 from t2t_lite.errors import FlagError
+from t2t_lite.run_description import save_run_description
 from t2t_lite.training import averaging
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -113,11 +114,10 @@ def files_under(folder: str) -> list:
                   for root, _, names in os.walk(folder) for name in names)
 
 
-def test_a_full_disk_is_one_error_and_leaves_the_earlier_average(output_dir, small_filesystem):
-    folder = small_filesystem(2)
-    out = f"{folder}/averaged/model.ckpt"
-    averaging.average_checkpoints(output_dir, 2, out)
-    earlier, before = checkpoints.resolve(output_dir, out), files_under(folder)
+def average_on_a_full_disk(output_dir: str, folder: str, out: str):
+    """Fills `folder`'s file system but 64 KiB and averages the last 3 checkpoints of
+    output_dir into `out` there with t2t_lite-avg-checkpoints: the one error line it must
+    end with, naming --out."""
     with open(f"{folder}/filler", "wb") as handle:  # all but 64 KiB
         handle.write(bytes(os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
                            - (64 << 10)))
@@ -129,7 +129,28 @@ def test_a_full_disk_is_one_error_and_leaves_the_earlier_average(output_dir, sma
     assert errors == [f"error: --out={out}: no space left on its file system; free some space "
                       f"or choose another folder, then run the same command again"]
     assert "Traceback" not in result.stderr
+
+
+def test_a_full_disk_is_one_error_and_leaves_the_earlier_average(output_dir, small_filesystem):
+    folder = small_filesystem(2)
+    out = f"{folder}/averaged/model.ckpt"
+    averaging.average_checkpoints(output_dir, 2, out)
+    earlier, before = checkpoints.resolve(output_dir, out), files_under(folder)
+    average_on_a_full_disk(output_dir, folder, out)
     # No part of the new average, no temporary file, no lock: the earlier average as it was.
     assert files_under(folder) == sorted(before + ["filler"])
     assert checkpoints.resolve(output_dir, out) == earlier
     assert restored_value(output_dir, out) == 4.0
+
+
+def test_a_first_average_on_a_full_disk_leaves_nothing_behind(output_dir, tmp_path,
+                                                               small_filesystem):
+    """No average before: the folders the averager made for --out and the hparams.json it
+    copied there are removed with the new average's files (a rerun makes them again)."""
+    trained = str(tmp_path / "train")
+    shutil.copytree(output_dir, trained)
+    save_run_description(trained, "algorithmic_copy", "transformer",
+                         registry.hparams("transformer_tiny"))
+    folder = small_filesystem(2)
+    average_on_a_full_disk(trained, folder, f"{folder}/new/averaged/model.ckpt")
+    assert sorted(os.listdir(folder)) == ["filler"], list(os.walk(folder))

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from t2t_lite import registry
+from t2t_lite.hparams_lib import HParams
 from t2t_lite.run_description import RunDescriptionError, save_run_description, saved_run
 from t2t_lite.training.trainer import ResumeError, resumable_hparams
 
@@ -94,6 +95,32 @@ def test_the_same_command_resumes_to_more_steps(data_dir, run_copy):
     assert (run_copy / "model.ckpt-3.index").exists()
 
 
+def test_a_resume_with_other_training_settings_keeps_the_record_and_appends_them(data_dir,
+                                                                                 run_copy):
+    """The learning rate and label smoothing changed at step 2: hparams.json still says what
+    steps 1-2 trained with, and from which step the new values hold; the decoder reads the
+    last ones (the model is the same)."""
+    record = run_copy / "hparams.json"
+    before = json.loads(record.read_text())
+    changed = SMALL + ",learning_rate_constant=0.5,label_smoothing=0.0"
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 3, changed))
+    assert code == 0, out
+    assert "resuming with other training settings" in out and "from step 2 to 3" in out
+    description = json.loads(record.read_text())
+    assert description["hparams"] == before["hparams"]  # steps 1-2: learning_rate_constant 2.0
+    assert description["changes"] == [
+        {"step": 2, "hparams": {"learning_rate_constant": 0.5, "label_smoothing": 0.0}}]
+    last = HParams.from_dict(before["hparams"]).replace(learning_rate_constant=0.5,
+                                                        label_smoothing=0.0)
+    assert saved_run(str(run_copy))["hparams"] == last
+
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4, changed))
+    assert code == 0 and "resuming with other training settings" not in out, out
+    assert json.loads(record.read_text()) == description  # nothing changed at step 3
+    code, out = run("decoder", *decoder_flags(data_dir, run_copy))
+    assert code == 0, out
+
+
 def test_checkpoints_without_a_record_are_checked_before_one_is_written(data_dir, run_copy):
     (run_copy / "hparams.json").unlink()
     code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4,
@@ -153,6 +180,11 @@ def valid_record() -> dict:
     (lambda record: record["hparams"].update(learning_rate_schedule="constant"),
      "hparam learning_rate_schedule='constant': expected a list of names"),
     (lambda record: record["hparams"].update(num_heads=3), "hidden_size=32 is not divisible"),
+    (lambda record: record.update(changes={}), "'changes' is {}: expected a list"),
+    (lambda record: record.update(changes=[{"hparams": {"relu_dropout": 0.0}}]),
+     "the change {'hparams': {'relu_dropout': 0.0}} is not an object with a \"step\" number"),
+    (lambda record: record.update(changes=[{"step": 2, "hparams": {"relu_dropout": "0"}}]),
+     "hparam relu_dropout='0': expected float"),
 ])
 def test_a_hand_edited_record_names_the_key(tmp_path, damage, message):
     record = valid_record()
