@@ -182,6 +182,12 @@ def machine() -> dict:
             "tensorflow": tensorflow_version()}
 
 
+def multiplies_in_bfloat16(host: dict = None) -> bool:
+    """Whether the CPU has bfloat16 matmul instructions (AVX512_BF16, or AMX), which oneDNN
+    uses for bfloat16 products: where hparams.mixed_precision="auto" trains in bfloat16."""
+    return bool({"AVX512_BF16", "AMX"} & set((host or machine())["features"]))
+
+
 def tensorflow_version() -> str:
     for distribution in ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly"):
         try:

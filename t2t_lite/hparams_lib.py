@@ -16,7 +16,7 @@ from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 # reverse.
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
-MIXED_PRECISION = ("float32", "bfloat16", "float16")
+MIXED_PRECISION = ("auto", "float32", "bfloat16", "float16")
 LENGTH_BUCKETING = ("auto", "longer", "each")
 
 
@@ -72,8 +72,11 @@ class HParams:
     # that the paper's 25,000-token batches fit on one device; the schedule counts updates.
     optimizer_multistep_accumulate_steps: int = 1
     # --- Precision: the compute dtype of the layers. Weights, softmax, layer-norm statistics
-    # and the loss stay float32; float16 adds dynamic loss scaling. ---
-    mixed_precision: str = "float32"
+    # and the loss stay float32; float16 adds dynamic loss scaling. "auto": the trainer picks
+    # bfloat16 on a CPU that multiplies in it (AVX512_BF16 or AMX) with no GPU, float32
+    # elsewhere, and records its choice (training.trainer.mixed_precision_for); anywhere else
+    # "auto" computes in float32 (compute_dtype). ---
+    mixed_precision: str = "auto"
     # --- Input pipeline (t2t's data_reader) ---
     batch_size: int = 4096                   # tokens per batch (longest of source and target)
     max_length: int = 256                    # training drops longer examples
@@ -117,6 +120,12 @@ class HParams:
     @property
     def decoder_layers(self) -> int:
         return self.num_decoder_layers or self.num_hidden_layers
+
+    @property
+    def compute_dtype(self) -> str:
+        """The layers' compute dtype: mixed_precision, with "auto" (not resolved by the
+        trainer) as float32."""
+        return "float32" if self.mixed_precision == "auto" else self.mixed_precision
 
     def replace(self, **changes) -> "HParams":
         return dataclasses.replace(self, **changes)

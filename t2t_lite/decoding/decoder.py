@@ -112,13 +112,13 @@ def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
     in bfloat16 is hparams.mixed_precision=bfloat16 over its recorded hparams)."""
     checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
     model = build_model(model_name, hparams, vocab_size, for_inference=True)
-    if hparams.mixed_precision == "float32":
+    if hparams.compute_dtype == "float32":
         checkpoints.restore(checkpoint_path, model)
         logging.info("restored %s", checkpoint_path)
     else:
         _restore_cast(checkpoint_path, model)
         logging.info("restored %s, its weights cast to %s", checkpoint_path,
-                     hparams.mixed_precision)
+                     hparams.compute_dtype)
     return model
 
 

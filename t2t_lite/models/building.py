@@ -8,7 +8,7 @@ from t2t_lite import registry
 
 def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool = False):
     """The registered model with its variables created (by a call on a tiny batch), its layers
-    computing in hparams.mixed_precision.
+    computing in hparams.compute_dtype (mixed_precision; "auto" is float32).
 
     For training the weights are float32 (Keras' "mixed_bfloat16" / "mixed_float16" policy:
     float32 master weights, cast where a layer uses them). `for_inference` (the decoder, the
@@ -19,9 +19,9 @@ def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool =
     either way the embedding matrix (float32 logits: layers.embedding) and the layer norms'
     scales and offsets (which Keras never casts: layers.sublayer) stay float32."""
     previous_policy = keras.config.dtype_policy()
-    if hparams.mixed_precision != "float32":
+    if hparams.compute_dtype != "float32":
         prefix = "" if for_inference else "mixed_"
-        keras.config.set_dtype_policy(f"{prefix}{hparams.mixed_precision}")
+        keras.config.set_dtype_policy(f"{prefix}{hparams.compute_dtype}")
     try:
         model = registry.model(model_name)(hparams, vocab_size)
         tokens = tf.ones([1, 2], tf.int32)
