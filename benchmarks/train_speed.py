@@ -69,8 +69,10 @@ flags.DEFINE_boolean("onednn_compare", None, "Add the first of --modes on Tensor
 flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes on the other side of the "
                      "weight-gradient choice of the CPU tuning (T2T_LITE_BLAS). Default: on with "
                      "--compare.")
-flags.DEFINE_boolean("bfloat16_compare", None, "Add the first of --modes with mixed_precision="
-                     "bfloat16. Default: on with --compare where the CPU has AVX512_BF16 or AMX.")
+flags.DEFINE_boolean("precision_compare", None, "Add the first of --modes in the other "
+                     "precision: float32 where it trains in bfloat16 (mixed_precision=auto on a "
+                     "CPU with AVX512_BF16 or AMX), else bfloat16. Default: on with --compare "
+                     "where the CPU has AVX512_BF16 or AMX.")
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
                      "after the rounds.", lower_bound=1)
 common.define_thread_flags()  # t2t_lite's, and the peers' with t2t_lite's settings
@@ -93,11 +95,13 @@ def contestants(host: dict) -> list:
     def ours(name, mode, environment=None, hparams=None):
         # oneDNN as the project's default (t2t_lite/cpu_tuning.py) unless set here
         return {"name": name, "kind": "t2t_lite", "ours": True, "mode": mode, "hparams": hparams,
-                "environment": {ONEDNN: None, **(environment or {})}, "threads": threads}
+                "environment": {ONEDNN: None, **(environment or {})}, "threads": threads,
+                "precision": precision(hparams, host)}
 
     result = [ours(f"t2t_lite {mode}", mode) for mode in FLAGS.modes]
-    if default_on(FLAGS.bfloat16_compare, FLAGS.compare and harness.has_bfloat16(host)):
-        result.append(ours(f"t2t_lite {first} bfloat16", first, hparams="mixed_precision=bfloat16"))
+    if default_on(FLAGS.precision_compare, FLAGS.compare and harness.has_bfloat16(host)):
+        other = "float32" if result[0]["precision"] == "bfloat16" else "bfloat16"
+        result.append(ours(f"t2t_lite {first} {other}", first, hparams=f"mixed_precision={other}"))
     # the other side of the weight-gradient choice the defaults made on this CPU
     applied = cpu_tuning.applied()
     blas_chosen = applied is None or applied.choice.blas_weight_gradients
@@ -111,6 +115,13 @@ def contestants(host: dict) -> list:
     for key in FLAGS.peers if FLAGS.compare else []:
         result += peer_contestants(key, threads)
     return result
+
+
+def precision(overrides: str, host: dict) -> str:
+    """The dtype t2t_lite-trainer computes in with --hparams and then `overrides`: "auto"
+    resolved as the trainer resolves it on this CPU (training.trainer.mixed_precision_for)."""
+    chosen = common.hparams_from_flags().override_from_string(overrides or "").mixed_precision
+    return {"auto": "bfloat16" if harness.has_bfloat16(host) else "float32"}.get(chosen, chosen)
 
 
 def peer_contestants(key: str, threads: list) -> list:
@@ -257,7 +268,7 @@ def summarize(entry, parameters, best):
                        distinct_shapes=max(r["distinct_shapes"] for r in ran))
     flops = summary["source_tokens_per_s"] and training_run.model_flops(
         parameters, summary["source_tokens_per_s"], summary["target_tokens_per_s"])
-    bfloat16 = "bfloat16" in (entry.get("hparams") or "") and best.get("bfloat16")
+    bfloat16 = entry.get("precision") == "bfloat16" and best.get("bfloat16")
     return {**summary, "model_flops_per_s": flops or None,
             "mfu": flops / (best["float32"]["gflops"] * 1e9) if flops else None,
             "mfu_bfloat16": flops / (bfloat16["gflops"] * 1e9) if flops and bfloat16 else None}
@@ -265,7 +276,7 @@ def summarize(entry, parameters, best):
 
 def ratios(entries) -> list:
     """Target tokens/s round by round: every t2t_lite contestant against every peer, the first
-    mode against its variants (bfloat16, kernels), XLA against no XLA (pairs that never both
+    mode against its variants (the other precision, kernels), XLA against no XLA (pairs that never both
     ran left out)."""
     by_name = {e["name"]: e for e in entries}
     first = by_name[f"t2t_lite {FLAGS.modes[0]}"]
@@ -312,13 +323,14 @@ def print_tables(result):
             left_out.append(f"{entry['name']}  no rate: "
                             f"{entry.get('dropped') or 'no log window after the warm-up steps'}")
             continue
-        rows.append([entry["name"], "/".join(onednn_text[on] for on in s["onednn"]),
+        rows.append([entry["name"], entry.get("precision", "float32"),
+                     "/".join(onednn_text[on] for on in s["onednn"]),
                      "/".join(map(str, entry["threads"])), f"{s['target_tokens_per_s']:.0f}",
                      f"{s['min']:.0f}", f"{s['max']:.0f}", fmt(s["source_tokens_per_s"], ".0f"),
                      fmt(s["steps_per_s"], ".3f"), fmt(s["target_tokens_per_step"], ".0f"),
                      fmt(s["mfu"] and 100 * s["mfu"], ".1f") + "%",
                      " ".join(fmt(r, ".0f") for r in s["per_round"])])
-    print(harness.table(["contestant", "oneDNN", "threads", "target tok/s", "min", "max",
+    print(harness.table(["contestant", "dtype", "oneDNN", "threads", "target tok/s", "min", "max",
                          "source tok/s", "steps/s", "tgt/step", "MFU", "per round  "], rows))
     print("\n".join(left_out))
     toolkits = dict.fromkeys(e["summary"]["toolkit"] for e in result["contestants"]
@@ -395,7 +407,7 @@ def main(unused_argv):
                                                            parameters))
         print(f"matmul rates {when} the rounds", flush=True)
         matmul[when] = matmul_rates.matmul_backends(shapes, FLAGS.matmul_runs, dense_flops, any(
-            "bfloat16" in (e.get("hparams") or "") for e in entries))
+            e.get("precision") == "bfloat16" for e in entries))
     matmul["best"] = {dtype: matmul_rates.best_rate({when: matmul[when] for when in (
         "before", "after")}, dtype) for dtype in ("float32", "bfloat16")}
     result["matmul"] = matmul
