@@ -29,6 +29,7 @@ import harness  # noqa: E402  (benchmarks/, beside this script)
 import ctranslate2_runtime  # noqa: E402  (benchmarks/peers/)
 from harness import PROBLEM, fmt  # noqa: E402
 
+from t2t_lite import cpu_tuning  # noqa: E402
 from t2t_lite.decoding import decoder  # noqa: E402
 
 CHILD = os.path.join(harness.BENCHMARKS, "decode_child.py")
@@ -495,7 +496,7 @@ def print_tables(result: dict):
 
 
 def main(unused_argv):
-    bfloat16 = harness.has_bfloat16(harness.machine())  # decoded in it only where it pays
+    bfloat16 = cpu_tuning.multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
     names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
         bfloat16 or name not in BFLOAT16)] if FLAGS.compare else [CACHED, UNCACHED])
     problem = registry.problem(PROBLEM)

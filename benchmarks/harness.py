@@ -168,11 +168,6 @@ def machine() -> dict:
             "load_average_at_start": os.getloadavg()}
 
 
-def has_bfloat16(host: dict) -> bool:
-    """Whether the CPU multiplies in bfloat16 (AVX512_BF16 or AMX): where bfloat16 rows run."""
-    return any(host["cpu_flags"].get(name) for name in ("avx512_bf16", "amx_bf16"))
-
-
 def machine_line(host: dict) -> str:
     """What a table header says of the machine: "AMD EPYC, AVX2, 2 cores, TF 2.21.0"."""
     return f"{host['cpu']}, {host['cores']} cores, TF {host['tensorflow']}"

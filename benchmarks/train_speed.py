@@ -87,7 +87,7 @@ def default_on(flag: bool, when: bool) -> bool:
     return when if flag is None else flag
 
 
-def contestants(host: dict) -> list:
+def contestants() -> list:
     """The entries of harness.run_rounds in the order each round runs them."""
     threads, first = [FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads], \
         FLAGS.modes[0]
@@ -96,10 +96,10 @@ def contestants(host: dict) -> list:
         # oneDNN as the project's default (t2t_lite/cpu_tuning.py) unless set here
         return {"name": name, "kind": "t2t_lite", "ours": True, "mode": mode, "hparams": hparams,
                 "environment": {ONEDNN: None, **(environment or {})}, "threads": threads,
-                "precision": precision(hparams, host)}
+                "precision": precision(hparams)}
 
     result = [ours(f"t2t_lite {mode}", mode) for mode in FLAGS.modes]
-    if default_on(FLAGS.precision_compare, FLAGS.compare and harness.has_bfloat16(host)):
+    if default_on(FLAGS.precision_compare, FLAGS.compare and cpu_tuning.multiplies_in_bfloat16()):
         other = "float32" if result[0]["precision"] == "bfloat16" else "bfloat16"
         result.append(ours(f"t2t_lite {first} {other}", first, hparams=f"mixed_precision={other}"))
     # the other side of the weight-gradient choice the defaults made on this CPU
@@ -117,11 +117,12 @@ def contestants(host: dict) -> list:
     return result
 
 
-def precision(overrides: str, host: dict) -> str:
+def precision(overrides: str) -> str:
     """The dtype t2t_lite-trainer computes in with --hparams and then `overrides`: "auto"
     resolved as the trainer resolves it on this CPU (training.trainer.mixed_precision_for)."""
     chosen = common.hparams_from_flags().override_from_string(overrides or "").mixed_precision
-    return {"auto": "bfloat16" if harness.has_bfloat16(host) else "float32"}.get(chosen, chosen)
+    auto = "bfloat16" if cpu_tuning.multiplies_in_bfloat16() else "float32"
+    return {"auto": auto}.get(chosen, chosen)
 
 
 def peer_contestants(key: str, threads: list) -> list:
@@ -276,8 +277,8 @@ def summarize(entry, parameters, best):
 
 def ratios(entries) -> list:
     """Target tokens/s round by round: every t2t_lite contestant against every peer, the first
-    mode against its variants (the other precision, kernels), XLA against no XLA (pairs that never both
-    ran left out)."""
+    mode against its variants (the other precision, kernels), XLA against no XLA (pairs that
+    never both ran left out)."""
     by_name = {e["name"]: e for e in entries}
     first = by_name[f"t2t_lite {FLAGS.modes[0]}"]
     pairs = [(a, b) for a in entries if a["kind"] == "t2t_lite" for b in entries
@@ -378,7 +379,7 @@ def main(unused_argv):
               "machine": harness.machine(),
               "cpu_tuning": cpu_tuning.applied() and cpu_tuning.applied().line()}
     print(result["cpu_tuning"] or "CPU tuning: TensorFlow's defaults", flush=True)
-    entries = contestants(result["machine"])
+    entries = contestants()
 
     # What the trainer's lines leave out, from the same model and batches: the parameter
     # counts (MFU), and each update's tokens and shapes in every mode.

@@ -117,12 +117,6 @@ def test_without_x86_fields():
     assert described["kind"] == "unknown CPU"
 
 
-@pytest.mark.parametrize("cpuinfo, bfloat16", [(ZEN3_AVX2, False), (ZEN4_AVX512_BF16, True)])
-def test_bfloat16_rows_where_the_cpu_multiplies_in_it(cpuinfo, bfloat16):
-    assert harness.has_bfloat16({"cpu_flags": harness.cpu_description(cpuinfo)["flags"]}) \
-        is bfloat16
-
-
 def test_the_mfu_denominator_of_each_dtype_is_its_own_best_rate():
     import matmul_rates
     measured = {"before": {"rates": {"tf eager": {"2048x2048x2048": 150.0},
