@@ -48,6 +48,7 @@ GROUPS = [
     ("reductions (layer norm, sums)", r"Mean|Sum|Max|Min|Prod|All|Any|BroadcastGradientArgs|"
                                       r"LayerNorm"),
     ("input pipeline", r"Iterator|Dataset|OptionalGetValue"),
+    ("casts (float32 <-> bfloat16 under mixed precision)", r"^Cast$"),
     ("elementwise", r"."),
 ]
 
@@ -193,7 +194,8 @@ def products_against_steps(steps, batches, hparams, vocab_size) -> dict:
 
 def print_tables(result):
     ops, total = result["ops"], sum(result["ops"]["groups"].values())
-    print(f"\n{FLAGS.hparams_set} on {PROBLEM}, no XLA; {harness.machine_line(result['machine'])}"
+    print(f"\n{FLAGS.hparams_set} on {PROBLEM} in {result['compute_dtype']}, no XLA; "
+          f"{harness.machine_line(result['machine'])}"
           f", oneDNN {'on' if result['machine']['onednn'] else 'off'}; {FLAGS.steps} profiled "
           f"steps, median step {ops['step_median_s']:.2f} s")
     print(harness.table(["group of operations", "self s/step", "share"], [
@@ -233,7 +235,7 @@ def main(unused_argv):
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     hparams, vocab_size = common.hparams_from_flags(), problem.vocab_size(FLAGS.data_dir)
     result = {"problem": PROBLEM, "hparams_set": FLAGS.hparams_set, "hparams": FLAGS.hparams,
-              "machine": harness.machine()}
+              "machine": harness.machine(), "compute_dtype": hparams.compute_dtype}
     batches = list(training_run.trainer_batches(problem, FLAGS.data_dir, hparams).take(
         FLAGS.warmup_steps + FLAGS.steps))
     steps = training_run.training_steps(hparams, vocab_size, jit_compile=False)

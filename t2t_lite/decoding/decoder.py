@@ -274,23 +274,25 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")
+    created = []  # folders made for the outputs, removed again if the decoding fails
     if decode_to is not None:
-        output_paths.prepare_output_file(decode_to, "decode_to_file")
+        created += output_paths.prepare_output_file(decode_to, "decode_to_file")
     if attention_dir:
-        output_paths.prepare_output_folder(attention_dir, "attention_dir")
-    encoders = problem.feature_encoders(data_dir)
-    model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
-                       checkpoint_path)
-    translator = Translator(model, encoders, search_hparams, problem.max_length,
-                            decode_from or "stdin", translator_hparams)
-    outputs = translator.translate(lines)
-    write_lines(decode_to, outputs)
-    if attention_dir:
-        from t2t_lite import visualize  # matplotlib only when pictures are asked for
-        sentences = list(zip(lines, outputs))[:attention_sentences]
-        paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
-        logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
-                     len(paths), attention_dir)
+        created += output_paths.prepare_output_folder(attention_dir, "attention_dir")
+    with output_paths.removed_on_failure(created):
+        encoders = problem.feature_encoders(data_dir)
+        model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
+                           checkpoint_path)
+        translator = Translator(model, encoders, search_hparams, problem.max_length,
+                                decode_from or "stdin", translator_hparams)
+        outputs = translator.translate(lines)
+        write_lines(decode_to, outputs)
+        if attention_dir:
+            from t2t_lite import visualize  # matplotlib only when pictures are asked for
+            sentences = list(zip(lines, outputs))[:attention_sentences]
+            paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
+            logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
+                         len(paths), attention_dir)
     if references is None:
         return None
     scores = score(outputs, references)

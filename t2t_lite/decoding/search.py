@@ -119,9 +119,10 @@ class _Decoder:
     consecutive. Without the cache, the encoder output is repeated per sequence.
     """
 
-    def __init__(self, model, use_cache):
+    def __init__(self, model, use_cache, fixed_shapes):
         self.model = model
         self.use_cache = use_cache
+        self.fixed_shapes = fixed_shapes
 
     def start(self, source, cache_length):
         """(the sentences' _SentenceInputs, the self-attention caches of one sequence per
@@ -140,8 +141,11 @@ class _Decoder:
                 decoded[:, position], position, DecodingCache(caches, sentences.memory),
                 sentences.inputs_padding)
             return _float32(logits), cache.self_attention
+        # Without the cache the decoder reruns the prefix, positions 0..position, and no more
+        # (the causal mask hides what follows); with fixed shapes, for XLA, the whole room.
+        prefix = decoded[:, :-1] if self.fixed_shapes else decoded[:, :position + 1]
         beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(sentences.inputs_padding)[0], 1)
-        logits = self.model.decode(decoded[:, :-1], _tile_beams(sentences.memory, beams),
+        logits = self.model.decode(prefix, _tile_beams(sentences.memory, beams),
                                    _tile_beams(sentences.inputs_padding, beams), training=False)
         return _float32(logits[:, position, :]), caches
 
@@ -275,7 +279,7 @@ def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
     sentences leave the batch (unless fixed_shapes: then they are padded with PAD until all
     are done)."""
     source = _encode(model, inputs, extra_length)
-    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache)
+    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache, fixed_shapes)
     batch_size = tf.shape(source.ids)[0]
     sentences, caches = decoder.start(source, batch.cache_length(source.max_length))
     # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
@@ -411,7 +415,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     alive one if none finished) and their scores [B].
     """
     source = _encode(model, inputs, extra_length)
-    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache)
+    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache, fixed_shapes)
     stopping = _Stopping(alpha, beam_size, stop_after_finished)
     batch_size = tf.shape(source.ids)[0]
     per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered

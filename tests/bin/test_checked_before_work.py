@@ -11,20 +11,7 @@ import time
 
 import pytest
 
-SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
-         "max_length=22,min_length_bucket=22")
-
-
-def run(program, *flags):
-    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
-                            capture_output=True, text=True, timeout=600)
-    return result.returncode, result.stdout + result.stderr
-
-
-def trainer_flags(data_dir, output_dir, steps=1):
-    return ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny", f"--hparams={SMALL}",
-            f"--data_dir={data_dir}", f"--output_dir={output_dir}", f"--train_steps={steps}",
-            "--eval_steps=1", "--eval_bleu_sentences=0", "--log_every_steps=1"]
+from program_runs import SMALL, run, trainer_flags
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +22,7 @@ def data_dir(copy_task_data):
 @pytest.fixture(scope="module")
 def trained_dir(data_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("trained")
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, steps=2),
-                    "--save_checkpoints_steps=1")
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, steps=2))
     assert code == 0, out
     return output_dir
 
@@ -44,7 +30,7 @@ def trained_dir(data_dir, tmp_path_factory):
 def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(data_dir, tmp_path):
     first = subprocess.Popen(
         [sys.executable, "-m", "t2t_lite.bin.trainer",
-         *trainer_flags(data_dir, tmp_path, steps=1_000_000)],
+         *trainer_flags(data_dir, tmp_path, steps=1_000_000, checkpoint_every=None)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 300
@@ -172,12 +158,17 @@ def test_an_input_that_cannot_be_reached_is_one_error_naming_the_flag(tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
-def test_a_checkpoint_from_other_hparams_is_named(data_dir, trained_dir):
+def test_a_checkpoint_from_other_hparams_is_named_and_leaves_no_output_folder(
+        data_dir, trained_dir, tmp_path):
+    """The output folders are made before the checkpoint is read; a failure removes them."""
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
                     "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
                     f"--hparams={SMALL.replace('filter_size=64', 'filter_size=48')}",
-                    "--decode_from_file=/dev/null")
+                    "--decode_from_file=/dev/null",
+                    f"--decode_to_file={tmp_path}/decoded/deep/out.txt",
+                    f"--attention_dir={tmp_path}/pictures")
     assert code == 2 and "feed_forward/filter/kernel" in out and "shape" in out, out
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_checkpoint_path_that_does_not_exist_lists_those_that_do(data_dir, trained_dir):

@@ -16,15 +16,6 @@ from t2t_lite.data.problem import DataError
 RERUN = "rerun t2t_lite-datagen --problem=algorithmic_copy --data_dir={} --tmp_dir=TMP_DIR"
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    problem = registry.problem("algorithmic_copy")
-    problem.num_samples = {"train": 300, "dev": 30, "test": 5}
-    data_dir = str(tmp_path_factory.mktemp("generated"))
-    problem.generate_data(data_dir, data_dir)
-    return problem, data_dir
-
-
 @pytest.fixture
 def data(generated, tmp_path):
     """A copy of the generated folder for a test to damage: (problem, folder, train shards)."""

@@ -21,15 +21,6 @@ def contents(data_dir):
             for name in sorted(os.listdir(data_dir))}
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    problem = registry.problem("algorithmic_copy")
-    problem.num_samples = {"train": 300, "dev": 30, "test": 5}
-    data_dir = str(tmp_path_factory.mktemp("generated"))
-    problem.generate_data(data_dir, data_dir)
-    return problem, data_dir
-
-
 @pytest.fixture
 def unverified(generated, tmp_path):
     """A copy without manifests, 5 of the 10 training shards missing and one empty."""

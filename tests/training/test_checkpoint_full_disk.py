@@ -6,33 +6,17 @@ t2t_lite before, ended in a ResourceExhaustedError traceback from [Op:SaveV2] an
 
 The disk is a small tmpfs (tests/conftest.py, small_filesystem) with a ballast file that leaves
 a chosen number of bytes free."""
-import hashlib
 import os
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
-         "max_length=22,min_length_bucket=22")
+from program_runs import file_hashes, run, trainer_flags
+
 CHECKPOINT_BYTES = 290_000  # model.ckpt-N.data of SMALL with Adam's moments
-
-
-def run(program, *flags):
-    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
-                            capture_output=True, text=True, timeout=600)
-    return result.returncode, result.stdout + result.stderr
-
-
-def trainer_flags(data_dir, output_dir, steps):
-    return ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny", f"--hparams={SMALL}",
-            f"--data_dir={data_dir}", f"--output_dir={output_dir}", f"--train_steps={steps}",
-            "--eval_steps=1", "--eval_bleu_sentences=0", "--log_every_steps=1",
-            "--save_checkpoints_steps=1"]
 
 
 def fill(folder, leave_bytes: int):
@@ -41,11 +25,6 @@ def fill(folder, leave_bytes: int):
     free = stat.f_bavail * stat.f_frsize
     with open(os.path.join(folder, "ballast"), "wb") as handle:
         handle.write(b"\0" * max(free - leave_bytes, 0))
-
-
-def file_hashes(folder) -> dict:
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,8 @@
 """A trainer rerun on a folder that holds another run is refused before it writes anything, and
 a damaged hparams.json is one error in every program: the checkpoints of a run are never left
 beside a record that does not describe them (issue 35). The same command rerun resumes."""
-import hashlib
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -14,31 +11,11 @@ from t2t_lite.hparams_lib import HParams
 from t2t_lite.run_description import RunDescriptionError, save_run_description, saved_run
 from t2t_lite.training.trainer import ResumeError, resumable_hparams
 
-SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
-         "max_length=22,min_length_bucket=22")
-
-
-def run(program, *flags):
-    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
-                            capture_output=True, text=True, timeout=600)
-    return result.returncode, result.stdout + result.stderr
-
-
-def trainer_flags(data_dir, output_dir, steps, hparams=SMALL):
-    return ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny", f"--hparams={hparams}",
-            f"--data_dir={data_dir}", f"--output_dir={output_dir}", f"--train_steps={steps}",
-            "--eval_steps=1", "--eval_bleu_sentences=0", "--log_every_steps=1",
-            "--save_checkpoints_steps=1"]
+from program_runs import SMALL, file_hashes, run, trainer_flags
 
 
 def decoder_flags(data_dir, output_dir):
     return [f"--data_dir={data_dir}", f"--output_dir={output_dir}", "--decode_from_file=/dev/null"]
-
-
-def file_hashes(folder) -> dict:
-    """{path inside folder: sha256} of every file under it."""
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def error_lines(out: str) -> list:
