@@ -81,7 +81,7 @@ def length_bucketing_for(hparams, jit_compile: bool) -> str:
 def mixed_precision_for(hparams, strategy) -> str:
     """hparams.mixed_precision, with "auto" resolved: bfloat16 when every device of the step is
     a CPU with bfloat16 matmul instructions (cpu_tuning.multiplies_in_bfloat16), else float32.
-    On a Zen 4 EPYC transformer_small then trains 1.35 times as fast, and its test BLEU at
+    On a Zen 4 EPYC transformer_small then trains 1.26-1.35 times as fast; its test BLEU at
     1,500 updates was within 0.3 of float32's (docs/benchmarks.md); float32 stays the choice
     on GPUs (where t2t made mixed precision the user's choice) and on CPUs without them."""
     if hparams.mixed_precision != "auto":
