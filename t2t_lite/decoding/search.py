@@ -4,8 +4,8 @@ The encoder runs once per batch. With `use_cache` (the default), each step runs 
 the newest token only: the encoder-decoder attention keys and values are computed once, and
 each decoder self-attention keeps the keys and values of the earlier positions in a cache
 (t2t's fast decoding: models.transformer.DecodingCache). Without it, each step runs the decoder
-over the whole fixed size buffer of tokens chosen so far and reads the current position (causal
-masking makes the two equal).
+over the tokens chosen so far (with fixed shapes, for XLA, over the whole buffer) and reads the
+current position (causal masking makes the two equal).
 The searches run inside `tf.function`; the decoder, BLEU during training and the exported
 model call these same functions.
 
