@@ -31,6 +31,7 @@ from harness import ONEDNN, PROBLEM, fmt  # noqa: E402
 import t2t_lite  # noqa: E402
 from t2t_lite import cpu_tuning  # noqa: E402
 from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
+from t2t_lite.training.trainer import mixed_precision_for  # noqa: E402
 
 COUNT_TOLERANCE = 0.02  # the trainer's target tokens/s against the count of the same window
 OWN_THREADS = [0, 0]  # a toolkit's own choice of threads: TensorFlow's, or torch's defaults
@@ -118,11 +119,11 @@ def contestants() -> list:
 
 
 def precision(overrides: str) -> str:
-    """The dtype t2t_lite-trainer computes in with --hparams and then `overrides`: "auto"
-    resolved as the trainer resolves it on this CPU (training.trainer.mixed_precision_for)."""
-    chosen = common.hparams_from_flags().override_from_string(overrides or "").mixed_precision
-    auto = "bfloat16" if cpu_tuning.multiplies_in_bfloat16() else "float32"
-    return {"auto": auto}.get(chosen, chosen)
+    """The dtype t2t_lite-trainer computes in with --hparams and then `overrides`: its own
+    choice (mixed_precision_for) on this machine's devices, as its default strategy sees them."""
+    import tensorflow as tf
+    hparams = common.hparams_from_flags().override_from_string(overrides or "")
+    return mixed_precision_for(hparams, tf.distribute.get_strategy())
 
 
 def peer_contestants(key: str, threads: list) -> list:

@@ -109,9 +109,10 @@ def resumable_hparams(output_dir: str, problem_name: str, model_name: str, hpara
     (hparams.json), if any, is known to be the one requested, with a requested "auto"
     length_bucketing or mixed_precision taking the recorded choice (a plain rerun continues
     the same batches whichever --jit_compile it runs with, in the same dtype on any CPU). A
-    ResumeError names every value that differs other than CHANGEABLE_ON_RESUME. tensor2tensor, and t2t_lite before, overwrote the record
-    and then failed to restore the checkpoint, leaving checkpoints the record no longer
-    described; this runs before anything is written."""
+    ResumeError names every value that differs other than CHANGEABLE_ON_RESUME.
+    tensor2tensor, and t2t_lite before, overwrote the record and then failed to restore the
+    checkpoint, leaving checkpoints the record no longer described; this runs before anything
+    is written."""
     recorded = saved_run(output_dir)
     if not recorded:
         return hparams
