@@ -42,7 +42,9 @@ setuptools.setup(
     install_requires=INSTALL_REQUIRES,
     extras_require={"blas": BLAS_REQUIRE,
                     "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
-                             "build==1.6.1", "wheel==0.48.0"] + BLAS_REQUIRE},
+                             "build==1.6.1", "wheel==0.48.0",
+                             "PyYAML==6.0.3"]  # reads back the eole peer's YAML
+                    + BLAS_REQUIRE},
     entry_points={
         "console_scripts": [
             "t2t_lite-datagen=t2t_lite.bin.datagen:run",
