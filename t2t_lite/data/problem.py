@@ -315,6 +315,12 @@ def _warn_unverified(manifest: str, command: str):
                         "one", manifest, command)
 
 
+def has_empty_side(sample: dict) -> bool:
+    """Whether the source or the target of a pair is empty (or only whitespace): datagen skips
+    the pair."""
+    return not sample["inputs"].strip() or not sample["targets"].strip()
+
+
 @dataclasses.dataclass
 class SplitStats:
     """What datagen wrote for one split and what it skipped, and why."""
@@ -324,7 +330,7 @@ class SplitStats:
     skipped: dict = dataclasses.field(default_factory=dict)
 
     def keep(self, sample: dict, encoded: dict, max_length: int) -> bool:
-        if not sample["inputs"].strip() or not sample["targets"].strip():
+        if has_empty_side(sample):
             reason = "empty line"
         elif max(len(encoded["inputs"]), len(encoded["targets"])) > max_length:
             reason = f"longer than max_length={max_length} tokens"

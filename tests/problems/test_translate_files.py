@@ -230,3 +230,21 @@ def test_a_nul_byte_names_file_and_line_before_anything_is_written(tmp_path):
         generate(configured(tmp_path, (source, target)), tmp_path)
     assert not os.path.exists(tmp_path / "data" / "translate_text_files.json")
 
+
+def test_the_vocabulary_trains_only_on_pairs_that_datagen_can_keep(tmp_path):
+    """A pair with an empty side, and one with a side of more than max_length (256) tokens
+    whatever the vocabulary (300 words), are skipped by datagen: their characters (Ж, Ψ) are
+    not pieces of the vocabulary either."""
+    source, target = write_pair(tmp_path, "train", 300, seed=1)
+    with open(source, "a", encoding="utf-8") as source_file, \
+            open(target, "a", encoding="utf-8") as target_file:
+        source_file.write("ЖЖЖ ЖЖ\n" + " ".join(["Ψ"] * 300) + "\n")
+        target_file.write("\n" + "A LONG ONE\n")
+    written = generate(configured(tmp_path, (source, target)), tmp_path)
+    assert written["train"].skipped == {"empty line": 1,
+                                        "longer than max_length=256 tokens": 1}
+    vocabulary = registry.problem("translate_text_files").feature_encoders(
+        str(tmp_path / "data"))["inputs"]
+    for character in ("Ж", "Ψ"):
+        assert vocabulary.processor.piece_to_id(character) == vocabulary.processor.unk_id()
+    assert vocabulary.processor.piece_to_id("H") != vocabulary.processor.unk_id()
