@@ -11,8 +11,10 @@ accepts (local, gs://, ram://), where `fcntl` locks do not. Creation is "write a
 own (atomic_files' hidden temporary name, with our token in it), rename it to the lock's name
 without overwriting, read it back": rename refuses an existing lock, and the read-back catches
 the rare race of two renames at once. A lock whose holder is gone (its process no longer runs on
-this host) is taken over with a warning; a lock held from another host cannot be checked from
-here, so the error says which file to delete once that process has ended.
+this host) is taken over with a warning that says how that is known: no process has its pid, or
+the pid belongs to a process started at another time (the number reused). A lock held from
+another host cannot be checked from here, so the error says which file to delete once that
+process has ended.
 
 A lock that cannot be read is an error, never "no lock": its storage that cannot be reached
 (checked first, within output_paths.REACH_SECONDS), a read that fails, or a file that does not
@@ -54,19 +56,23 @@ def _process_start_ticks(pid: int):
         return None
 
 
-def _is_running(holder: dict) -> bool:
-    """Whether the holder (on this host) still runs."""
+def _why_not_running(holder: dict):
+    """Why the holder (on this host) no longer runs, or None while it does: no process has its
+    pid now, or the pid belongs to a process started at another time (the number reused)."""
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid <= 0:
-        return False
+        return f"it names no process id ({pid!r})"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return f"no process has pid {pid} now"
     except PermissionError:  # it runs, as another user
-        return True
-    started = holder.get("start_ticks")
-    return started is None or _process_start_ticks(pid) in (None, started)
+        return None
+    started, now = holder.get("start_ticks"), _process_start_ticks(pid)
+    if started is None or now in (None, started):
+        return None
+    return (f"pid {pid} now belongs to another process, started at another time than the "
+            f"lock's holder (the number was reused)")
 
 
 def describe(holder: dict) -> str:
@@ -145,9 +151,10 @@ class OutputLock:
             return False
         return (self._read_holder() or {}).get("token") == self.holder["token"]
 
-    def _is_gone(self, holder: dict) -> bool:
-        """Whether the holder ran on this host and has ended (another host's cannot be told)."""
-        return holder.get("host") == self.holder["host"] and not _is_running(holder)
+    def _why_gone(self, holder: dict):
+        """Why the holder is gone when it ran on this host and has ended, else None (another
+        host's holder cannot be told)."""
+        return _why_not_running(holder) if holder.get("host") == self.holder["host"] else None
 
     def refuse_if_held(self):
         """Raises OutputLockedError now if a running program holds the lock, without writing
@@ -155,7 +162,7 @@ class OutputLock:
         checks and preparations that come before `acquire`."""
         self._check_reachable()
         holder = self._read_holder()
-        if holder and not self._is_gone(holder):
+        if holder and not self._why_gone(holder):
             raise OutputLockedError(self._refusal(holder))
 
     def acquire(self):
@@ -169,9 +176,10 @@ class OutputLock:
             holder = self._read_holder()
             if holder is None:
                 continue  # released between our rename and our read: try again
-            if self._is_gone(holder):
-                logging.warning("taking over the lock %s of %s, which is no longer running",
-                                self.lock_path, describe(holder))
+            gone = self._why_gone(holder)
+            if gone:
+                logging.warning("taking over the lock %s of %s, which no longer runs: %s",
+                                self.lock_path, describe(holder), gone)
                 tf.io.gfile.remove(self.lock_path)
                 continue
             raise OutputLockedError(self._refusal(holder))

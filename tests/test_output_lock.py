@@ -1,6 +1,7 @@
 """OutputLock: one writer per folder, on any TensorFlow file system; a dead holder's lock is
 taken over, a live one refuses the second writer by name."""
 import json
+import logging
 import subprocess
 import sys
 
@@ -29,26 +30,32 @@ def test_a_second_lock_is_refused_naming_the_holder(tmp_path):
         pass
 
 
-def test_the_lock_of_a_process_that_is_gone_is_taken_over(tmp_path):
+def test_the_lock_of_a_process_that_is_gone_is_taken_over(tmp_path, caplog):
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)
     dead = OutputLock.of_folder(str(tmp_path)).holder | {"pid": int(ended.stdout)}
     (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(dead))
     OutputLock.of_folder(str(tmp_path)).refuse_if_held()  # a dead holder does not count
-    with OutputLock.of_folder(str(tmp_path)) as taken:
+    with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)) as taken:
         held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
         assert held["token"] == taken.holder["token"]
+    assert (f"taking over the lock {tmp_path / output_lock.LOCK_NAME} of" in caplog.text and
+            f"no process has pid {dead['pid']} now" in caplog.text)
 
 
-def test_a_reused_pid_does_not_keep_a_lock(tmp_path):
-    """Our own pid, but another start time: the holder is gone and the number reused."""
+def test_a_reused_pid_does_not_keep_a_lock(tmp_path, caplog):
+    """Our own pid, but another start time: the holder is gone and the number reused, which
+    the warning says (the pid alone names a live process)."""
     holder = OutputLock.of_folder(str(tmp_path)).holder
     if holder["start_ticks"] is None:
         pytest.skip("no /proc on this system")
     (tmp_path / output_lock.LOCK_NAME).write_text(
         json.dumps(holder | {"start_ticks": holder["start_ticks"] - 1, "token": "old"}))
-    with OutputLock.of_folder(str(tmp_path)):
+    with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)):
         pass
+    assert (f"pid {holder['pid']} now belongs to another process, started at another time"
+            in caplog.text)
+    assert "no process has pid" not in caplog.text
 
 
 def test_a_lock_from_another_host_is_refused_and_says_what_to_delete(tmp_path):

@@ -16,6 +16,8 @@ XLA. The trainer turns
 length_bucketing="auto" into "each" without XLA and "longer" under XLA; elsewhere (evaluation,
 benchmarks) "auto" buckets as "longer".
 """
+import bisect
+
 import tensorflow as tf
 
 FEATURES = ("inputs", "targets")
@@ -38,6 +40,22 @@ def bucket_batch_sizes(boundaries: list, batch_size: int, max_length: int) -> li
     """Examples per batch for each bucket, the last bucket reaching max_length: t2t's
     max(1, batch_size // length)."""
     return [max(1, batch_size // length) for length in boundaries + [max_length]]
+
+
+def bucket_of(length: int, boundaries: list) -> int:
+    """The boundary an example of `length` is padded to: the first of `boundaries` (which end
+    at max_length) that is >= it, as both bucketings below place it."""
+    return boundaries[bisect.bisect_left(boundaries, length)]
+
+
+def batch_tokens_of_pass(example_lengths: dict, hparams) -> int:
+    """The tokens that one pass over examples of these lengths ({length: count}) brings to
+    batches, counted as batch_size counts them: each example of at most max_length (the longer
+    ones are dropped) at its bucket's boundary, the length its longer side is padded to."""
+    boundaries = bucket_boundaries(hparams.max_length, hparams.min_length_bucket,
+                                   hparams.length_bucket_step) + [hparams.max_length]
+    return sum(count * bucket_of(length, boundaries)
+               for length, count in example_lengths.items() if length <= hparams.max_length)
 
 
 def parse_example(serialized):

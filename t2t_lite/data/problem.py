@@ -3,7 +3,8 @@
 A Problem subclass says where its samples come from (`generate_samples`, strings) and how text
 becomes ids (`feature_encoders`); the base class does the rest of t2t's lifecycle: encode, append
 EOS, write sharded TFRecords atomically with a manifest per split (`generate_data`), check them
-against it (`check_data`), and read them back as length-bucketed token batches (`dataset`).
+against it (`check_data`) and a batch size against the tokens they hold (`check_batch_size`), and
+read them back as length-bucketed token batches (`dataset`).
 Splits that are decoded and scored rather than trained on (the test split) are also written as
 plain text, one sentence a line, for the decoder.
 
@@ -247,6 +248,70 @@ class Problem:
                                 f"damaged; rerun {self.datagen_command(data_dir)}, which "
                                 f"writes this split again")
 
+    def check_batch_size(self, data_dir: str, hparams, num_replicas: int = 1):
+        """Refuses, before training, an update that asks for more tokens than one pass over the
+        training split holds: batch_size (per replica, as in t2t) x num_replicas x
+        optimizer_multistep_accumulate_steps, against the split's tokens counted as batch_size
+        counts them (`pipeline.batch_tokens_of_pass`, from the example lengths its manifest
+        records). Such a batch fills only after the data repeats, if ever: batch_size=50000000
+        on the copy task gathered examples to 2 GB without a step for 10 minutes, and a
+        max_length under every example ended in a StopIteration traceback.
+
+        A manifest written before the lengths were recorded gives an upper bound, records x
+        max_length, so that only batches that surely cannot fill are refused; shards without a
+        manifest (allowed unverified data) are not checked. A batch_size under the longest
+        example's padded length only gets a warning: that example still trains, alone in its
+        batch (t2t's max(1, batch_size // length)), in more tokens than batch_size."""
+        manifest = self.manifest_path(data_dir, TRAIN)
+        if not tf.io.gfile.exists(manifest):
+            return
+        lengths = records.manifest_example_lengths(manifest)
+        accumulate = hparams.optimizer_multistep_accumulate_steps
+        asked = hparams.batch_size * num_replicas * accumulate
+        flag = f"--hparams=batch_size={hparams.batch_size}"
+        if lengths is None:
+            count = sum(shard["records"] for shard in records.read_manifest(manifest)["shards"])
+            held = count * hparams.max_length
+            holds = (f"at most {held} tokens ({count} examples x max_length="
+                     f"{hparams.max_length}; {manifest}, from an older datagen, does not record "
+                     f"their lengths)")
+        else:
+            kept = [length for length in lengths if length <= hparams.max_length]
+            if not kept:
+                shortest = f" (the shortest has {min(lengths)})" if lengths else ""
+                raise DataError(f"no training example in {data_dir} has at most --hparams="
+                                f"max_length={hparams.max_length} tokens{shortest}, so training "
+                                f"has no batch: raise max_length, or generate data that has")
+            held = pipeline.batch_tokens_of_pass(lengths, hparams)
+            holds = (f"{held} tokens (its examples of at most max_length={hparams.max_length} "
+                     f"tokens, each counted at the length its bucket pads it to, as batch_size "
+                     f"counts)")
+            self._warn_examples_over_batch_size(max(kept), hparams)
+        if asked <= held:
+            return
+        if num_replicas == 1 and accumulate == 1:
+            asks = f"{flag} asks for {asked} tokens a batch"
+        else:
+            asks = (f"{flag} asks for {asked} tokens an update ({hparams.batch_size} a replica x "
+                    f"{num_replicas} replicas x optimizer_multistep_accumulate_steps="
+                    f"{accumulate})")
+        largest = held // (num_replicas * accumulate)
+        remedy = (f"use a batch_size of at most {largest}" if largest else
+                  "generate more training data")
+        raise DataError(f"{asks}, but one pass over the training data in {data_dir} holds "
+                        f"{holds}: {remedy}")
+
+    @staticmethod
+    def _warn_examples_over_batch_size(longest: int, hparams):
+        """A warning when the bucket of the `longest` example holds more than batch_size."""
+        boundaries = pipeline.bucket_boundaries(hparams.max_length, hparams.min_length_bucket,
+                                                hparams.length_bucket_step)
+        padded = pipeline.bucket_of(longest, boundaries + [hparams.max_length])
+        if padded > hparams.batch_size:
+            logging.warning("--hparams=batch_size=%d is less than the %d tokens the longest "
+                            "training examples are padded to: each such example is a batch of "
+                            "its own, of more tokens than batch_size", hparams.batch_size, padded)
+
     def split_fault(self, data_dir: str, split_name: str, checksums: bool = True) -> str:
         """None when the split has a manifest and its shards are the ones it lists, with their
         sizes and (with `checksums`) sha256; else what is wrong, naming the file: a missing,
@@ -315,6 +380,12 @@ def _warn_unverified(manifest: str, command: str):
                         "one", manifest, command)
 
 
+def has_empty_side(sample: dict) -> bool:
+    """Whether the source or the target of a pair is empty (or only whitespace): datagen skips
+    the pair."""
+    return not sample["inputs"].strip() or not sample["targets"].strip()
+
+
 @dataclasses.dataclass
 class SplitStats:
     """What datagen wrote for one split and what it skipped, and why."""
@@ -324,7 +395,7 @@ class SplitStats:
     skipped: dict = dataclasses.field(default_factory=dict)
 
     def keep(self, sample: dict, encoded: dict, max_length: int) -> bool:
-        if not sample["inputs"].strip() or not sample["targets"].strip():
+        if has_empty_side(sample):
             reason = "empty line"
         elif max(len(encoded["inputs"]), len(encoded["targets"])) > max_length:
             reason = f"longer than max_length={max_length} tokens"

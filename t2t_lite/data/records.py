@@ -7,7 +7,10 @@ stream in, and each shard is then shuffled before it is renamed, as t2t's `gener
 `shuffle_dataset` did.
 
 When every shard is renamed, a manifest (`{prefix}.manifest.json`) is written last, also
-atomically: each shard's name, record count, size and sha256. t2t had none, so a shard that was
+atomically: each shard's name, record count, size and sha256, and how many examples have each
+length (`example_lengths`; an example's length is that of its longest feature, the length the
+input pipeline buckets by), from which the trainer knows how many tokens one pass over the
+split holds before it reads a record. t2t had none, so a shard that was
 truncated, replaced or damaged after datagen was found by a DataLossError in the middle of
 training that named no file, or not at all (a shard cut at a record's end, a lost shard);
 `verify_manifest` finds it before training starts.
@@ -67,8 +70,9 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
     full disk then gets its space back, and no hidden leftover waits for the next run.
     """
     unshuffled = [atomic_files.temporary_path(path + ".unshuffled") for path in paths]
+    lengths = {}
     try:
-        count = _write_round_robin(examples, unshuffled, on_example)
+        count = _write_round_robin(examples, unshuffled, on_example, lengths)
         rng = random.Random(seed)
         shard_records = [_write_shuffled(source, path, rng)
                          for source, path in zip(unshuffled, paths)]
@@ -77,18 +81,26 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
             atomic_files.remove_if_exists(path)
         raise
     if manifest:
-        write_manifest(manifest, paths, shard_records)
+        write_manifest(manifest, paths, shard_records, lengths)
     return count
 
 
-def _write_round_robin(examples, paths: list, on_example=None) -> int:
-    """The streaming pass of write_shards. Every writer is closed, even after one fails:
-    TensorFlow reports a full disk when a writer flushes on close, and a writer left open
-    would keep its file (and its space) until the process ends."""
+def example_length(example: dict) -> int:
+    """The length of its longest feature (pipeline.example_length, outside the graph)."""
+    return max(len(ids) for ids in example.values())
+
+
+def _write_round_robin(examples, paths: list, on_example, lengths: dict) -> int:
+    """The streaming pass of write_shards; counts the examples of each length into `lengths`.
+    Every writer is closed, even after one fails: TensorFlow reports a full disk when a writer
+    flushes on close, and a writer left open would keep its file (and its space) until the
+    process ends."""
     count = 0
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in paths]
         for count, example in enumerate(examples, start=1):
+            length = example_length(example)
+            lengths[length] = lengths.get(length, 0) + 1
             writers[shard_of(count - 1, len(writers))].write(to_example(example))
             if on_example:
                 on_example(count)
@@ -125,31 +137,45 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(path: str, paths: list, record_counts: list):
-    """Writes the manifest of the complete shards `paths` atomically."""
+def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = None):
+    """Writes the manifest of the complete shards `paths` atomically; `lengths`, {length: how
+    many examples}, as its example_lengths (shortest first)."""
     shards = [{"name": os.path.basename(shard), "records": records,
                "bytes": tf.io.gfile.stat(shard).length, "sha256": file_sha256(shard)}
               for shard, records in zip(paths, record_counts)]
     manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards}
+    if lengths is not None:
+        manifest["example_lengths"] = {str(length): lengths[length] for length in sorted(lengths)}
     with atomic_files.atomic_write(path) as handle:
         handle.write(json.dumps(manifest, indent=1) + "\n")
 
 
 def read_manifest(path: str) -> dict:
     """The manifest at `path`: {"format", "records", "shards": [{"name", "records", "bytes",
-    "sha256"}, ...]}; ValueError naming it when it is damaged."""
+    "sha256"}, ...], "example_lengths": {"length": count}} (example_lengths only in the
+    manifests written since it was added); ValueError naming it when it is damaged."""
     with tf.io.gfile.GFile(path, "r") as handle:
         text = handle.read()
     try:
         manifest = json.loads(text)
         well_formed = (manifest["format"] == MANIFEST_FORMAT and manifest["shards"] and
                        all(set(SHARD_FIELDS) <= set(shard) for shard in manifest["shards"]))
-    except (ValueError, KeyError, TypeError):
+        lengths = manifest.get("example_lengths", {})
+        well_formed = well_formed and all(
+            length.isdigit() and isinstance(count, int) for length, count in lengths.items())
+    except (ValueError, KeyError, TypeError, AttributeError):
         well_formed = False
     if not well_formed:
         raise ValueError(f"the manifest {path} is damaged (it is not the JSON list of shards "
                          f"that datagen writes)")
     return manifest
+
+
+def manifest_example_lengths(path: str):
+    """{length: how many examples} of the split whose manifest is at `path`, or None for a
+    manifest written before it recorded them."""
+    lengths = read_manifest(path).get("example_lengths")
+    return None if lengths is None else {int(length): count for length, count in lengths.items()}
 
 
 def manifest_shards(path: str) -> list:

@@ -36,15 +36,20 @@ def maybe_download(directory: str, filename: str, url: str) -> str:
 
 
 INVALID_UTF8_POLICIES = ("error", "replace")
+BYTE_ORDER_MARK = "\ufeff"
 
 
 def read_lines(path: str, invalid_utf8: str = "error"):
     """Yields the lines of a UTF-8 text file (gunzipped if it ends in .gz) without their line
-    ends; read through tf.io.gfile, so on any TensorFlow file system.
+    ends; read through tf.io.gfile, so on any TensorFlow file system. A byte-order mark at the
+    start of the file is dropped (read as "utf-8-sig"): it would otherwise be a vocabulary piece
+    and the first token of the first sentence.
 
-    A line that is not valid UTF-8 is a DataError naming the file and line ("error", for data
-    that goes into training), or is kept with U+FFFD for its bad bytes and a warning that names
-    it ("replace", for sentences to translate: each input line still gets its output line).
+    A line that is not valid UTF-8, or that holds a NUL byte (SentencePiece encodes it as
+    `<unk>`; a UTF-16 file is full of them), is a DataError naming the file and line ("error",
+    for data that goes into training), or is kept with U+FFFD for its bad bytes or NULs and a
+    warning that names it ("replace", for sentences to translate: each input line still gets
+    its output line).
     """
     if not tf.io.gfile.exists(path):
         raise DataError(f"missing file {path}")
@@ -58,8 +63,8 @@ def read_lines(path: str, invalid_utf8: str = "error"):
 
 
 def decode_lines(raw_lines, name: str, invalid_utf8: str = "error"):
-    """Yields byte lines decoded from UTF-8 without their line ends; `name` (a file, "stdin")
-    and `invalid_utf8` as in read_lines."""
+    """Yields byte lines decoded from UTF-8 without their line ends, the first without a
+    byte-order mark; `name` (a file, "stdin") and `invalid_utf8` as in read_lines."""
     if invalid_utf8 not in INVALID_UTF8_POLICIES:
         raise ValueError(f"invalid_utf8 must be one of {INVALID_UTF8_POLICIES}, not "
                          f"{invalid_utf8!r}")
@@ -72,6 +77,16 @@ def decode_lines(raw_lines, name: str, invalid_utf8: str = "error"):
                 raise DataError(problem) from None
             logging.warning("%s; bad bytes replaced by U+FFFD", problem)
             line = raw.decode("utf-8", errors="replace")
+        if number == 1:  # read as "utf-8-sig"; the byte positions above count the mark
+            line = line.removeprefix(BYTE_ORDER_MARK)
+        if "\0" in line:
+            nul_at = raw.index(b"\0")
+            problem = (f"{name}, line {number}: a NUL byte (at byte {nul_at}), which text does "
+                       f"not hold (a UTF-16 file?)")
+            if invalid_utf8 == "error":
+                raise DataError(problem)
+            logging.warning("%s; NUL bytes replaced by U+FFFD", problem)
+            line = line.replace("\0", "\ufffd")
         yield line.rstrip("\r\n")
 
 

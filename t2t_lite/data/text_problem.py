@@ -2,8 +2,9 @@
 
 tensor2tensor's Text2TextProblem with `vocab_type = SUBWORD` and a size in the problem's name
 (`..._8k`, `..._32k`): the vocabulary is trained once on the training split (source and target
-together) and stored in data_dir; tokenization at datagen runs in the TensorFlow graph with
-tensorflow_text's SentencepieceTokenizer, the op that decoding and serving use too.
+together, the pairs that datagen can keep) and stored in data_dir; tokenization at datagen runs
+in the TensorFlow graph with tensorflow_text's SentencepieceTokenizer, the op that decoding and
+serving use too.
 """
 import itertools
 import os
@@ -11,7 +12,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.data.problem import TRAIN, DataError, Problem
+from t2t_lite.data.problem import TRAIN, DataError, Problem, has_empty_side
 from t2t_lite.data.vocab import EOS_ID, SentencePieceVocabulary
 
 ENCODE_CHUNK = 2048  # sentences per call of the in-graph tokenizer
@@ -33,24 +34,40 @@ class Text2TextProblem(Problem):
         return os.path.join(data_dir, self.vocab_filename())
 
     def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
-        """Trains the joint vocabulary on the training split unless data_dir has it."""
+        """Trains the joint vocabulary on the training split unless data_dir has it, on the
+        pairs that datagen can keep (`vocabulary_pairs`)."""
         path = self.vocab_path(data_dir)
         if tf.io.gfile.exists(path):
             logging.info("vocabulary %s already there, kept", path)
             return
-        samples = self.generate_samples(data_dir, tmp_dir, TRAIN)
-        sentences = (text for sample in samples for text in (sample["inputs"], sample["targets"])
-                     if text.strip())
+        samples = self.vocabulary_pairs(self.generate_samples(data_dir, tmp_dir, TRAIN))
+        sentences = (text for sample in samples for text in (sample["inputs"], sample["targets"]))
         first = next(sentences, None)
         if first is None:  # SentencePiece's trainer would stop with "[!sentences_.empty()]"
-            raise DataError(f"the {TRAIN} split of {self.name} has no sentence to train the "
-                            f"vocabulary on: every line is empty")
+            raise DataError(f"the {TRAIN} split of {self.name} has no sentence pair to train the "
+                            f"vocabulary on: every pair has an empty side or a side "
+                            f"of more than max_length={self.max_length} tokens")
         sentences = itertools.chain([first], sentences)
         logging.info("training a %s vocabulary of about %d pieces", self.vocab_type,
                      self.approx_vocab_size)
         SentencePieceVocabulary.train(
             itertools.islice(sentences, self.max_vocab_training_sentences), path,
             self.approx_vocab_size, self.vocab_type)
+
+    def vocabulary_pairs(self, samples):
+        """The training pairs that the vocabulary trains on: those that datagen can keep, known
+        before the vocabulary is. A pair is left out when a side is empty (datagen skips it,
+        `has_empty_side`), or when a side has so many spaces that it is longer than max_length
+        tokens with EOS whatever the vocabulary (`SentencePieceVocabulary.min_pieces`: at least
+        one piece per space, plus one). A pair that is over max_length only with the trained
+        vocabulary's pieces cannot be told before it is trained, and trains it (datagen skips
+        it after)."""
+        for sample in samples:
+            if has_empty_side(sample) or any(
+                    SentencePieceVocabulary.min_pieces(sample[feature]) + 1 > self.max_length
+                    for feature in ("inputs", "targets")):
+                continue
+            yield sample
 
     def feature_encoders(self, data_dir: str) -> dict:
         path = self.vocab_path(data_dir)

@@ -138,6 +138,14 @@ class SentencePieceVocabulary:
     def vocab_size(self) -> int:
         return self.processor.get_piece_size()
 
+    @staticmethod
+    def min_pieces(text: str) -> int:
+        """The fewest pieces that any vocabulary trained by `train` encodes `text` into, known
+        before one is trained: one per space, plus one. SentencePiece writes each space (and
+        one before the text) as "▁" and splits training text at each "▁" (split_by_whitespace),
+        so no piece holds a "▁" but at its start."""
+        return text.count(" ") + 1 if text else 0
+
     def encode(self, text: str) -> list:
         return self.processor.encode(text)
 

@@ -326,6 +326,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     keras.utils.set_random_seed(config.seed)
     allow_unverified = config.allow_unverified_data  # shards without a datagen manifest
     problem.check_data(data_dir, ("train", "dev"), allow_unverified=allow_unverified)
+    problem.check_batch_size(data_dir, hparams, replicas)  # a batch one pass cannot fill
     train_data = problem.dataset("train", data_dir, hparams, training=True,
                                  num_replicas=replicas, seed=config.seed,
                                  allow_unverified=allow_unverified)

@@ -61,6 +61,30 @@ def test_training_drops_examples_over_max_length_and_eval_sees_each_once(tmp_pat
     assert sorted(seen) == sorted(n for n in lengths if n <= 20)
 
 
+@pytest.mark.parametrize("bucketing", ["longer", "each"])
+def test_the_tokens_of_a_pass_are_what_its_batches_hold_as_batch_size_counts(tmp_path,
+                                                                           bucketing):
+    """One pass in batches (no example dropped for an incomplete batch): rows x the longer
+    side's padded length, summed, is batch_tokens_of_pass of the example lengths the manifest
+    records; examples over max_length are not counted."""
+    lengths = [n % 30 + 1 for n in range(300)]
+    paths = records.shard_paths(str(tmp_path), "toy-train", 2)
+    manifest = records.manifest_path(str(tmp_path), "toy-train")
+    rng = np.random.default_rng(0)
+    records.write_shards(({"inputs": rng.integers(2, 9, size=n).tolist(),
+                           "targets": rng.integers(2, 9, size=max(1, n - 3)).tolist()}
+                          for n in lengths), paths, manifest=manifest)
+    hparams = HParams(batch_size=64, max_length=24, length_bucketing=bucketing)
+    held = 0
+    for batch in pipeline.batched_dataset(str(tmp_path / "toy-train-*"), hparams,
+                                          training=False):
+        rows, source_length = batch["inputs"].shape
+        held += rows * max(source_length, batch["targets"].shape[1])
+    assert pipeline.batch_tokens_of_pass(records.manifest_example_lengths(manifest),
+                                         hparams) == held
+    assert held > sum(n for n in lengths if n <= 24)  # padded, as batch_size counts
+
+
 def test_padding_fraction_counts_zeros():
     batch = {"inputs": tf.constant([[3, 4, 0, 0]]), "targets": tf.constant([[5, 0, 0, 0]])}
     dataset = tf.data.Dataset.from_tensors(batch)

@@ -83,6 +83,31 @@ def test_the_manifest_lists_each_shard_with_its_records_size_and_sha256(tmp_path
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".incomplete")]
 
 
+def test_the_manifest_counts_the_examples_of_each_length(tmp_path):
+    """The length of an example is its longest feature's, the length the pipeline buckets by;
+    the trainer reads from these counts how many tokens one pass over the split holds."""
+    _, manifest = write_with_manifest(tmp_path, count=40)
+    lengths = [max(i % 7 + 1, 2) for i in range(40)]
+    expected = {length: lengths.count(length) for length in set(lengths)}
+    assert records.manifest_example_lengths(manifest) == expected
+    with open(manifest, encoding="utf-8") as handle:
+        assert list(json.load(handle)["example_lengths"]) == [str(n) for n in sorted(expected)]
+
+
+def test_a_manifest_without_lengths_still_verifies_and_bad_lengths_are_damage(tmp_path):
+    _, manifest = write_with_manifest(tmp_path)
+    with open(manifest, encoding="utf-8") as handle:
+        written = json.load(handle)
+    del written["example_lengths"]  # a manifest of an older datagen
+    with open(manifest, "w", encoding="utf-8") as handle:
+        json.dump(written, handle)
+    assert records.verify_manifest(manifest) is None
+    assert records.manifest_example_lengths(manifest) is None
+    with open(manifest, "w", encoding="utf-8") as handle:
+        json.dump(written | {"example_lengths": {"two": 3}}, handle)
+    assert records.verify_manifest(manifest).startswith(f"the manifest {manifest} is damaged")
+
+
 def test_verify_manifest_names_a_truncated_changed_or_missing_shard(tmp_path):
     paths, manifest = write_with_manifest(tmp_path)
     content = open(paths[1], "rb").read()

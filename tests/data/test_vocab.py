@@ -176,6 +176,19 @@ def test_the_same_sentences_give_the_same_model_file(tmp_path):
     assert models[0] == models[1]
 
 
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_no_vocabulary_encodes_a_text_in_fewer_pieces_than_min_pieces(tmp_path, model_type):
+    """The bound that lets datagen leave surely over-long pairs out of the vocabulary's
+    training: one piece per space, plus one, whatever the text (repeated, leading and trailing
+    spaces, tabs, characters the vocabulary never saw)."""
+    vocabulary = SentencePieceVocabulary.train(_toy_sentences(300), str(tmp_path / "v.model"),
+                                               60, model_type)
+    texts = ["a", "a dog", "a  dog", " a dog ", "   ", "a\tdog runs", "ЖЖЖ ЖЖ Ж", "Ж  Ж",
+             "the red ball near house two dogs play", "thedogrunsinthepark"]
+    for text in texts:
+        assert len(vocabulary.encode(text)) >= SentencePieceVocabulary.min_pieces(text), text
+
+
 def _broken_model(kind: str, tmp_path) -> bytes:
     import random
     import sentencepiece as spm

@@ -201,3 +201,50 @@ def test_a_record_left_by_a_run_that_generated_nothing_is_replaced(tmp_path):
     with pytest.raises(DataError, match="generated with other train .*vocab.translate_text_"
                                         "files.bpe.model is from them"):
         generate(other, tmp_path)  # now there is data from the recorded files
+
+
+def test_a_byte_order_mark_is_no_vocabulary_piece_and_no_token(tmp_path):
+    """Files saved by an editor that starts them with U+FEFF: the mark is not part of the
+    first sentence, so it is neither a piece of the vocabulary nor the first token."""
+    train = write_pair(tmp_path, "train", 300, seed=1)
+    for path in train:
+        content = open(path, encoding="utf-8").read()
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("\ufeff" + content)
+    generate(configured(tmp_path, train), tmp_path)
+    vocabulary = registry.problem("translate_text_files").feature_encoders(
+        str(tmp_path / "data"))["inputs"]
+    pieces = [vocabulary.processor.id_to_piece(i) for i in range(vocabulary.vocab_size)]
+    assert not [piece for piece in pieces if "\ufeff" in piece]
+    first = sentences(1, seed=1)[0]
+    assert vocabulary.decode(vocabulary.encode(first)) == first
+
+
+def test_a_nul_byte_names_file_and_line_before_anything_is_written(tmp_path):
+    source, target = write_pair(tmp_path, "train", 300, seed=1)
+    lines = open(target, "rb").read().splitlines(keepends=True)
+    lines[9] = b"EIN\x00HUND\n"
+    with open(target, "wb") as handle:
+        handle.writelines(lines)
+    with pytest.raises(DataError, match=f"{target}, line 10: a NUL byte \\(at byte 3\\)"):
+        generate(configured(tmp_path, (source, target)), tmp_path)
+    assert not os.path.exists(tmp_path / "data" / "translate_text_files.json")
+
+
+def test_the_vocabulary_trains_only_on_pairs_that_datagen_can_keep(tmp_path):
+    """A pair with an empty side, and one with a side of more than max_length (256) tokens
+    whatever the vocabulary (300 words), are skipped by datagen: their characters (Ж, Ψ) are
+    not pieces of the vocabulary either."""
+    source, target = write_pair(tmp_path, "train", 300, seed=1)
+    with open(source, "a", encoding="utf-8") as source_file, \
+            open(target, "a", encoding="utf-8") as target_file:
+        source_file.write("ЖЖЖ ЖЖ\n" + " ".join(["Ψ"] * 300) + "\n")
+        target_file.write("\n" + "A LONG ONE\n")
+    written = generate(configured(tmp_path, (source, target)), tmp_path)
+    assert written["train"].skipped == {"empty line": 1,
+                                        "longer than max_length=256 tokens": 1}
+    vocabulary = registry.problem("translate_text_files").feature_encoders(
+        str(tmp_path / "data"))["inputs"]
+    for character in ("Ж", "Ψ"):
+        assert vocabulary.processor.piece_to_id(character) == vocabulary.processor.unk_id()
+    assert vocabulary.processor.piece_to_id("H") != vocabulary.processor.unk_id()
