@@ -27,6 +27,7 @@ from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
 from t2t_lite.models.building import build_model
 from t2t_lite.progress import progress_bar
+from t2t_lite.run_description import checked_vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +265,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     first `attention_sentences` lines and their translations there (t2t_lite.visualize); with
     `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
     0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
-    caller must not have run a TensorFlow operation yet."""
+    caller must not have run a TensorFlow operation yet. A data_dir whose vocabulary is not
+    the one output_dir's hparams.json records is a VocabularyError before any work."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
     lines = read_sentences(decode_from)
@@ -274,6 +276,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")
+    checked_vocabulary(output_dir, problem, data_dir)
     created = []  # folders made for the outputs, removed again if the decoding fails
     if decode_to is not None:
         created += output_paths.prepare_output_file(decode_to, "decode_to_file")
