@@ -15,6 +15,19 @@ run trained with (`record_training`; tensor2tensor, and t2t_lite before, overwro
 The hparams a reader gets are the last ones: "hparams" with every change applied in order. A
 run that never changed anything has no "changes".
 
+The vocabulary is part of the model: the ids a checkpoint was trained on mean nothing with
+another vocabulary of the same size, which decodes to fluent garbage without an error. The
+record therefore holds what the trainer read in its data folder (`vocabulary_record`):
+
+    "vocabulary": {"data_dir": "/abs/D", "vocab_size": 8000,
+                   "files": [{"name": "vocab.translate_text_files.bpe.model", "sha256": "..."}]}
+
+with "files" empty for a vocabulary made in code (the algorithmic problems'), whose size then
+tells it. The trainer (resuming), the decoder and the exporter compare it with their --data_dir
+(`checked_vocabulary`) and refuse another vocabulary, naming both files. tensor2tensor recorded
+nothing of it; records written before it was added have no "vocabulary" and are read with a
+warning (a resume adds it), and earlier versions read a record with it and pass the key by.
+
 Reading it checks it whole: a file that is not JSON, lacks a key, names an hparam that does not
 exist or gives one a value of the wrong type is one RunDescriptionError naming the file and what
 is wrong (tensor2tensor, and t2t_lite before, ended in a JSONDecodeError traceback or built a
@@ -22,9 +35,12 @@ model that did not fit the checkpoints). An hparam the file does not set takes i
 records of earlier versions lack the hparams added since, whose defaults keep what those
 versions did.
 """
+import hashlib
 import json
+import os
 
 import tensorflow as tf
+from absl import logging
 
 from t2t_lite.atomic_files import atomic_write
 from t2t_lite.errors import UserError
@@ -32,20 +48,29 @@ from t2t_lite.hparams_lib import HParams
 
 HPARAMS_FILE = "hparams.json"
 _NAMES = ("problem", "model")  # the keys besides "hparams"
+VOCABULARY = "vocabulary"  # the key of the vocabulary's record
+SHORT_SHA256 = 12  # hex digits of a fingerprint in messages
 
 
 class RunDescriptionError(UserError, ValueError):
     """An hparams.json that cannot be read as the description of a run."""
 
 
+class VocabularyError(UserError, ValueError):
+    """A data folder whose vocabulary is not the one the model was trained with."""
+
+
 def description_path(output_dir: str) -> str:
     return tf.io.gfile.join(output_dir, HPARAMS_FILE)
 
 
-def save_run_description(output_dir: str, problem_name: str, model_name: str, hparams):
+def save_run_description(output_dir: str, problem_name: str, model_name: str, hparams,
+                         vocabulary: dict = None):
     """Writes output_dir/hparams.json atomically (a complete file or none), on any
-    tf.io.gfile file system."""
-    description = {"problem": problem_name, "model": model_name, "hparams": hparams.to_dict()}
+    tf.io.gfile file system; with the `vocabulary` record (vocabulary_record) when given."""
+    description = {"problem": problem_name, "model": model_name,
+                   **({VOCABULARY: vocabulary} if vocabulary else {}),
+                   "hparams": hparams.to_dict()}
     with atomic_write(description_path(output_dir)) as handle:
         handle.write(json.dumps(description, indent=2))
 
@@ -73,15 +98,18 @@ def _load(output_dir: str) -> tuple:
             f"choose a new --output_dir)") from None
 
 
-def record_training(output_dir: str, problem_name: str, model_name: str, hparams, step: int):
+def record_training(output_dir: str, problem_name: str, model_name: str, hparams, step: int,
+                    vocabulary: dict = None):
     """Records in output_dir/hparams.json that training goes on from `step` with `hparams`:
     a new record when there is none or no step has been trained yet (step 0); else the record
     kept, with the hparams that differ from its last ones appended to its "changes" as
-    {"step": step, "hparams": {name: new value}} (nothing written when none differ). The
-    problem and the model must be the recorded ones (the trainer's resumable_hparams)."""
+    {"step": step, "hparams": {name: new value}}, and the `vocabulary` record added to one
+    that has none (nothing written when nothing is new). The problem, the model and the
+    vocabulary must be the recorded ones (the trainer's resumable_hparams,
+    checked_vocabulary)."""
     description, recorded = _load(output_dir)
     if not recorded or step == 0:
-        save_run_description(output_dir, problem_name, model_name, hparams)
+        save_run_description(output_dir, problem_name, model_name, hparams, vocabulary)
         return
     changed = differing_values(recorded, problem_name, model_name, hparams)
     if set(changed) & set(_NAMES):
@@ -90,8 +118,12 @@ def record_training(output_dir: str, problem_name: str, model_name: str, hparams
     if changed:
         change = {"step": step, "hparams": {name: after for name, (_, after) in changed.items()}}
         description = {**description, "changes": [*description.get("changes", []), change]}
-        with atomic_write(description_path(output_dir)) as handle:
-            handle.write(json.dumps(description, indent=2))
+    if vocabulary and VOCABULARY not in description:
+        description = {**description, VOCABULARY: vocabulary}
+    elif not changed:
+        return
+    with atomic_write(description_path(output_dir)) as handle:
+        handle.write(json.dumps(description, indent=2))
 
 
 def _reason(error: Exception) -> str:
@@ -126,9 +158,26 @@ def _parse_description(description) -> dict:
             raise ValueError(f"the change {change!r} is not an object with a \"step\" number "
                              f"and \"hparams\"")
         hparams = {**hparams, **change["hparams"]}
+    if VOCABULARY in description:
+        _check_vocabulary_record(description[VOCABULARY])
     # HParams.from_dict names an unknown key or a value of the wrong type (an HParamsError is
     # a ValueError); HParams' own checks then name a value out of range.
     return {**description, "hparams": HParams.from_dict(hparams)}
+
+
+def _check_vocabulary_record(record):
+    """ValueError saying what is wrong with a "vocabulary" record that vocabulary_record did
+    not write."""
+    files = record.get("files") if isinstance(record, dict) else None
+    if not (isinstance(files, list) and isinstance(record.get("vocab_size"), int)
+            and isinstance(record.get("data_dir", ""), str)):
+        raise ValueError(f"'vocabulary' is {record!r}: expected an object with \"vocab_size\" "
+                         f"and \"files\"")
+    for file in files:
+        if not (isinstance(file, dict) and isinstance(file.get("name"), str)
+                and isinstance(file.get("sha256"), str)):
+            raise ValueError(f"the vocabulary file {file!r} is not an object with a \"name\" "
+                             f"and a \"sha256\"")
 
 
 def differing_values(recorded: dict, problem_name: str, model_name: str, hparams) -> dict:
@@ -138,3 +187,100 @@ def differing_values(recorded: dict, problem_name: str, model_name: str, hparams
     before = {key: recorded[key] for key in _NAMES} | recorded["hparams"].to_dict()
     return {name: (before[name], value) for name, value in requested.items()
             if before[name] != value}
+
+
+def vocabulary_record(problem, data_dir: str) -> dict:
+    """The record of the vocabulary that `problem` (a data.problem.Problem) reads in data_dir:
+    the folder (absolute), the number of ids, and the name and sha256 of each of its
+    vocabulary_files."""
+    files = [{"name": os.path.basename(path), "sha256": _sha256(path)}
+             for path in problem.vocabulary_files(data_dir)]
+    return {"data_dir": _absolute(data_dir), "vocab_size": problem.vocab_size(data_dir),
+            "files": files}
+
+
+def checked_vocabulary(output_dir: str, problem, data_dir: str, resuming: bool = False) -> dict:
+    """The vocabulary record to keep with the model in output_dir when it is used with
+    data_dir's vocabulary: the one output_dir's hparams.json records, when data_dir's is the
+    same (the same files, by name and sha256; without files, the same size); data_dir's when
+    there is no hparams.json (a new run) or it records none (an earlier version's: a
+    warning). Another vocabulary is a VocabularyError naming data_dir's file and the
+    recorded one. `resuming`: the trainer's advice and warning instead of the decoder's."""
+    current = vocabulary_record(problem, data_dir)
+    description, recorded = _load(output_dir)
+    if not recorded:
+        return current
+    path = description_path(output_dir)
+    if VOCABULARY not in description:
+        if resuming:
+            logging.warning("%s records no vocabulary (an earlier version wrote it): the "
+                            "checkpoints are taken to be trained on that of --data_dir=%s, "
+                            "which is recorded now", path, data_dir)
+        else:
+            logging.warning("%s records no vocabulary (an earlier version wrote it), so nothing "
+                            "tells whether --data_dir=%s holds the one the model was trained "
+                            "with: another one translates to garbage without an error",
+                            path, data_dir)
+        return current
+    before = description[VOCABULARY]
+    if same_vocabulary(before, current):
+        return before
+    if resuming:
+        advice = ("To resume that run, pass the --data_dir it was trained with; to train on "
+                  "this data, choose a new --output_dir")
+    else:
+        advice = "Use the --data_dir the model was trained with, or one with a copy of its file"
+    raise VocabularyError(
+        f"--data_dir={data_dir} holds another vocabulary than the "
+        f"{'run in --output_dir=' if resuming else 'model in '}{output_dir} was trained with: "
+        f"{vocabulary_difference(before, path, current)}. {advice}")
+
+
+def recorded_vocabulary(output_dir: str) -> dict:
+    """The vocabulary record of output_dir's hparams.json; None without one, or when it
+    records none."""
+    return _load(output_dir)[0].get(VOCABULARY)
+
+
+def same_vocabulary(record: dict, other: dict) -> bool:
+    """Whether two vocabulary records are of the same vocabulary: the same files by name and
+    sha256, or, without files, the same size."""
+    return _fingerprint(record) == _fingerprint(other)
+
+
+def vocabulary_difference(recorded: dict, recorded_in: str, other: dict) -> str:
+    """"FILE (sha256 ...) is not RECORDED FILE (sha256 ...), which PATH records": the files of
+    two vocabulary records that differ, the `recorded` one read from `recorded_in`."""
+    return (f"{described_vocabulary(other)} is not {described_vocabulary(recorded)}, which "
+            f"{recorded_in} records")
+
+
+def described_vocabulary(record: dict) -> str:
+    """The files of a vocabulary record, as paths with the start of their sha256."""
+    files = [f"{_joined(record.get('data_dir'), file['name'])} (sha256 "
+             f"{file['sha256'][:SHORT_SHA256]})" for file in record["files"]]
+    return " and ".join(files) or f"a vocabulary of {record['vocab_size']} ids without a file"
+
+
+def _fingerprint(record: dict):
+    """What tells two vocabularies apart: their files, else (none) their size."""
+    files = tuple((file["name"], file["sha256"]) for file in record["files"])
+    return files or record["vocab_size"]
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute, so that the record names the folder from anywhere; a URL
+    (gs://, ram://) as it is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _joined(folder: str, name: str) -> str:
+    return tf.io.gfile.join(folder, name) if folder else name

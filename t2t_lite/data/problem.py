@@ -74,6 +74,13 @@ class Problem:
     def vocab_size(self, data_dir: str) -> int:
         return self.feature_encoders(data_dir)["targets"].vocab_size
 
+    def vocabulary_files(self, data_dir: str) -> list:
+        """The files that feature_encoders reads in data_dir (a SentencePiece model's
+        `model_path`), sorted; [] for a vocabulary made in code (the algorithmic problems')."""
+        encoders = self.feature_encoders(data_dir).values()
+        return sorted({encoder.model_path for encoder in encoders
+                       if getattr(encoder, "model_path", None)})
+
     # --- Files -------------------------------------------------------------------------------
 
     def filepaths(self, data_dir: str, split: Split) -> list:

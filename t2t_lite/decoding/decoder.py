@@ -1,7 +1,12 @@
 """Decoding text files with a trained model, and scoring the output (exact match, sacreBLEU).
 
 Lines are sorted by length into batches (less padding), decoded, and written back in input
-order, one output line per input line, as t2t's `decode_from_file` did.
+order, one output line per input line, as t2t's `decode_from_file` did. t2t sorted the whole
+file and wrote it once every line was decoded, so that a full disk lost hours of decoding at
+the end; here the lines are sorted within windows of Translator.WINDOW_BATCHES batches
+(fairseq-interactive's --buffer-size does the same) and each window is written as soon as it
+is decoded (`TranslationsFile`: under a temporary name, renamed when complete; on a failure
+the lines completed are kept in OUT.partial).
 
 t2t's --decode_hparams set both what the search does (search.SearchHParams) and how the
 Translator batches and compiles it (TranslatorHParams); parse_decode_hparams gives each name to
@@ -10,6 +15,7 @@ the settings it belongs to.
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import os
 import sys
 
@@ -18,7 +24,7 @@ import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, output_paths, registry
+from t2t_lite import atomic_files, checkpoints, output_paths, registry
 from t2t_lite.atomic_files import atomic_write
 from t2t_lite.data import text_files
 from t2t_lite.data.problem import DataError
@@ -27,6 +33,9 @@ from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
 from t2t_lite.models.building import build_model
 from t2t_lite.progress import progress_bar
+from t2t_lite.run_description import checked_vocabulary
+from t2t_lite.storage_errors import (StorageError, full_storage_message, is_full_storage,
+                                     reported_full_storage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,20 +145,24 @@ def _restore_cast(checkpoint_path: str, model):
 class Translator:
     """Text in, text out: encode, batch by length, search, decode.
 
-    Lines are sorted by length into batches of translator_hparams.batch_size (less padding) and
-    the results put back in input order. Up to `parallel_batches_for(translator_hparams)`
-    (resolved once, as `parallel_batches`) batches are searched at once, from threads of their
-    own (TensorFlow runs them in parallel; each batch's output does not depend on the others).
-    With XLA
-    (translator_hparams.jit_compile), every batch is padded to batch_size rows and its length
-    rounded up to a multiple of LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it
-    compiles for a few shapes only.
+    Lines are sorted by length into batches of translator_hparams.batch_size (less padding),
+    within windows of WINDOW_BATCHES batches, and the results put back in input order, one
+    window after the other (`translate_in_order`). Up to
+    `parallel_batches_for(translator_hparams)` (resolved once, as `parallel_batches`) batches
+    are searched at once, from threads of their own (TensorFlow runs them in parallel; each
+    batch's output does not depend on the others). With XLA (translator_hparams.jit_compile),
+    every batch is padded to batch_size rows and its length rounded up to a multiple of
+    LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it compiles for a few shapes
+    only.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
     cannot encode gives an empty translation and a warning naming it, and a line longer than
     `max_input_length` tokens is cut to that length (with EOS) with a warning.
     """
 
     LENGTH_MULTIPLE = 16
+    # Batches sorted by length together and written together: 2,048 lines at the default
+    # batch_size, so that a test set of a few thousand lines keeps almost all of the gain.
+    WINDOW_BATCHES = 64
 
     def __init__(self, model, encoders: dict, search_hparams: SearchHParams = None,
                  max_input_length: int = None, source_name: str = "input",
@@ -192,12 +205,31 @@ class Translator:
     def translate_with_scores(self, lines: list, show_progress: bool = True):
         """(translations, scores): beam scores (log probability / length penalty) or greedy
         log probabilities; None for lines not translated."""
+        outputs, scores = [], []
+        with contextlib.closing(self.translate_in_order(lines, show_progress)) as windows:
+            for _, window_outputs, window_scores in windows:
+                outputs += window_outputs
+                scores += window_scores
+        return outputs, scores
+
+    def translate_in_order(self, lines: list, show_progress: bool = True):
+        """Yields (index of its first line, translations, scores) of one window of `lines`
+        after the other, in input order, each as soon as its batches are searched: a window
+        is WINDOW_BATCHES batches of lines, sorted by length within it. Batches searched at
+        once (parallel_batches) go on into the next windows meanwhile; closing the generator
+        cancels those not started."""
         encoded = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
-        todo = sorted((i for i, ids in enumerate(encoded) if ids is not None),
-                      key=lambda i: len(encoded[i]))
-        outputs, scores = [""] * len(lines), [None] * len(lines)
         batch_size = self.translator_hparams.batch_size
-        batches = [todo[start:start + batch_size] for start in range(0, len(todo), batch_size)]
+        window_lines = self.WINDOW_BATCHES * batch_size
+        windows = []  # (first line, end, the batches of its lines' indices)
+        for first in range(0, len(lines), window_lines):
+            end = min(first + window_lines, len(lines))
+            todo = sorted((i for i in range(first, end) if encoded[i] is not None),
+                          key=lambda i: len(encoded[i]))
+            windows.append((first, end, [todo[start:start + batch_size]
+                                         for start in range(0, len(todo), batch_size)]))
+        batches = [batch for _, _, window_batches in windows for batch in window_batches]
+        outputs, scores = [""] * len(lines), [None] * len(lines)
 
         def search_batch(indices):
             rows = [encoded[i] for i in indices]
@@ -213,15 +245,21 @@ class Translator:
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
         # scope, and starts no pool.
         pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
-        search_each = pool.map if pool else map
-        with progress_bar("decoding", total=len(todo), unit="sentences",
-                          disable=not show_progress) as bar, pool or contextlib.nullcontext():
-            for indices, ids, batch_scores in search_each(search_batch, batches):
-                for index, row, row_score in zip(indices, ids, batch_scores):
-                    outputs[index] = self.encoders["targets"].decode(row.tolist())
-                    scores[index] = float(row_score)
-                bar.update(len(indices))
-        return outputs, scores
+        try:
+            with progress_bar("decoding", total=sum(map(len, batches)), unit="sentences",
+                              disable=not show_progress) as bar:
+                searched = (pool.map if pool else map)(search_batch, batches)
+                for first, end, window_batches in windows:
+                    for indices, ids, batch_scores in itertools.islice(searched,
+                                                                       len(window_batches)):
+                        for index, row, row_score in zip(indices, ids, batch_scores):
+                            outputs[index] = self.encoders["targets"].decode(row.tolist())
+                            scores[index] = float(row_score)
+                        bar.update(len(indices))
+                    yield first, outputs[first:end], scores[first:end]
+        finally:
+            if pool:  # a consumer that stops early (a failed write) waits for no more batches
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def exact_match(hypotheses: list, references: list) -> float:
@@ -254,17 +292,122 @@ def write_lines(path: str, lines: list):
         handle.write("".join(line + "\n" for line in lines))
 
 
+class TranslationsFile:
+    """Where the decoder writes its translations, as they are done: `write` appends lines
+    (in input order) and flushes them. A file is written under atomic_files' temporary name
+    (`.OUT.incomplete`) and renamed to its own when the block ends without error, so a file
+    at OUT is always whole and an earlier OUT stays until then (t2t, and t2t_lite before,
+    wrote OUT once every line was decoded). When a write fails or the block raises, the
+    temporary is removed and the lines written before are kept in OUT.partial (`partial_path`)
+    instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
+    flag, the file and what was kept, and any other error is preceded by a warning saying
+    what was kept. A complete run removes an OUT.partial left by an earlier one. Without a
+    path, lines go to stdout (a full disk there is a StorageError naming stdout)."""
+
+    def __init__(self, path: str = None, total: int = 0, flag: str = "decode_to_file"):
+        self.path, self.total, self.flag = path, total, flag
+        self.written = []  # the lines written and flushed so far
+        self._handle = None
+
+    @staticmethod
+    def partial_path(path: str) -> str:
+        return path + ".partial"
+
+    def __enter__(self):
+        if self.path is not None:
+            self._temporary = atomic_files.temporary_path(self.path)
+            self._handle = tf.io.gfile.GFile(self._temporary, "w")
+            try:
+                self._handle.write("")  # GFile creates the file at its first write
+            except (OSError, tf.errors.OpError) as error:
+                raise self._write_error(error, "No translation was written") from error
+        return self
+
+    def write(self, lines: list):
+        text = "".join(line + "\n" for line in lines)
+        if self._handle is None:
+            with reported_full_storage("stdout"):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        else:
+            self._handle.write(text)
+            self._handle.flush()
+        self.written += lines
+
+    def __exit__(self, kind, error, traceback):
+        if self._handle is None:
+            return False
+        if error is None:
+            try:
+                self._handle.close()
+                tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
+            except (OSError, tf.errors.OpError) as failure:
+                raise self._write_error(failure, self._keep_partial()) from failure
+            atomic_files.remove_if_exists(self.partial_path(self.path))
+            return False
+        try:
+            self._handle.close()
+        except (OSError, tf.errors.OpError):
+            pass  # the failed write's error again, or the interrupted one's
+        kept = self._keep_partial()
+        if isinstance(error, (OSError, tf.errors.OpError)):
+            raise self._write_error(error, kept) from error
+        logging.warning("decoding stopped: %s", kept)  # the error itself follows
+        return False
+
+    def _write_error(self, error, kept: str) -> StorageError:
+        """One line: the flag, the file, the cause (a full disk, else the error's message), and
+        what was kept."""
+        if is_full_storage(error):
+            cause = full_storage_message(self.path, self.flag)
+        else:
+            message = output_paths.one_line(getattr(error, "message", error))
+            cause = f"--{self.flag}={self.path}: cannot write: {message}"
+        return StorageError(f"{cause}. {kept}")
+
+    def _keep_partial(self) -> str:
+        """Writes the lines written so far to OUT.partial, once the temporary is removed
+        (on a full disk it frees the space they need); says what was kept."""
+        partial = self.partial_path(self.path)
+        try:
+            atomic_files.remove_if_exists(self._temporary)
+            atomic_files.remove_if_exists(partial)  # an earlier run's: not this run's lines
+            if not self.written:
+                return f"No translation was kept (of {self.total} lines)"
+            with atomic_write(partial) as handle:
+                handle.write("".join(line + "\n" for line in self.written))
+        except (OSError, tf.errors.OpError) as error:
+            return (f"The translations done could not be kept in {partial} either: "
+                    f"{output_paths.one_line(getattr(error, 'message', error))}")
+        return (f"The translations of lines 1-{len(self.written)} (of {self.total}) are kept "
+                f"in {partial}")
+
+
+def write_translations(translator: Translator, lines: list, path: str = None,
+                       show_progress: bool = True) -> list:
+    """Translates `lines` into the file `path` (stdout for None), writing each window of
+    translations as soon as it is decoded (TranslationsFile), and returns the translations.
+    A write that fails stops the decoding at once."""
+    with TranslationsFile(path, len(lines)) as output, \
+            contextlib.closing(translator.translate_in_order(lines, show_progress)) as windows:
+        for _, window_outputs, _ in windows:
+            output.write(window_outputs)
+    return output.written
+
+
 def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      output_dir: str, decode_from: str = None, decode_to: str = None,
                      reference: str = None, search_hparams: SearchHParams = SearchHParams(),
                      translator_hparams: TranslatorHParams = TranslatorHParams(),
                      checkpoint_path: str = None, attention_dir: str = None,
                      attention_sentences: int = 5, thread_pools: tuple = None):
-    """Translates every line of `decode_from`; with `attention_dir`, draws the attention of the
-    first `attention_sentences` lines and their translations there (t2t_lite.visualize); with
+    """Translates every line of `decode_from` into `decode_to` as it goes
+    (write_translations); with `attention_dir`, draws the attention of the first
+    `attention_sentences` lines and their translations there (t2t_lite.visualize); with
     `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
     0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
-    caller must not have run a TensorFlow operation yet."""
+    caller must not have run a TensorFlow operation yet. A data_dir whose vocabulary is not
+    the one output_dir's hparams.json records is a VocabularyError before any work."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
     lines = read_sentences(decode_from)
@@ -274,6 +417,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")
+    checked_vocabulary(output_dir, problem, data_dir)
     created = []  # folders made for the outputs, removed again if the decoding fails
     if decode_to is not None:
         created += output_paths.prepare_output_file(decode_to, "decode_to_file")
@@ -285,8 +429,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                            checkpoint_path)
         translator = Translator(model, encoders, search_hparams, problem.max_length,
                                 decode_from or "stdin", translator_hparams)
-        outputs = translator.translate(lines)
-        write_lines(decode_to, outputs)
+        outputs = write_translations(translator, lines, decode_to)
         if attention_dir:
             from t2t_lite import visualize  # matplotlib only when pictures are asked for
             sentences = list(zip(lines, outputs))[:attention_sentences]

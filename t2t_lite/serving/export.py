@@ -48,7 +48,7 @@ from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.errors import UserError
-from t2t_lite.run_description import save_run_description
+from t2t_lite.run_description import checked_vocabulary, save_run_description
 from t2t_lite.storage_errors import reported_full_storage
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
@@ -161,9 +161,12 @@ def export(problem_name: str, model_name: str, hparams, data_dir: str, output_di
            checkpoint_path: str = None, jit_compile: bool = False,
            overwrite: bool = False) -> str:
     """Exports the checkpoint (default: the latest in output_dir) as a SavedModel with the
-    "serving_default" signature, and hparams.json beside it; returns the checkpoint path."""
+    "serving_default" signature, and hparams.json beside it (with the vocabulary's record);
+    returns the checkpoint path. A data_dir whose vocabulary is not the one output_dir's
+    hparams.json records is a VocabularyError before anything is written."""
     check_export_dir(export_dir, overwrite)
     problem = registry.problem(problem_name)
+    vocabulary = checked_vocabulary(output_dir, problem, data_dir)
     encoders = problem.feature_encoders(data_dir)
     # Resolved here, so that the log and the return value name the prefix restored (also for a
     # folder given); load_model finds that prefix as it is.
@@ -173,7 +176,7 @@ def export(problem_name: str, model_name: str, hparams, data_dir: str, output_di
     module = ServingModule(model, encoders, search_hparams, problem.max_length, jit_compile)
 
     def write_description(folder):
-        save_run_description(folder, problem_name, model_name, hparams)
+        save_run_description(folder, problem_name, model_name, hparams, vocabulary)
 
     save_atomically(module, export_dir, write_description)
     logging.info("exported %s to %s (%s, XLA %s)", checkpoint_path, export_dir,

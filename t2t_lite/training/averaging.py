@@ -19,6 +19,11 @@ tensor2tensor's averager saved over the previous average in place (tf.train.Save
 before the index, so that a kill between the two renames paired new data with the old index
 (a checksum error at restore). Such an average at `P.index` is removed once the new one is in
 place; until then --checkpoint_path=P restores it.
+
+The copy of hparams.json carries the vocabulary's record (run_description), so that the decoder
+and the exporter refuse another vocabulary with an average as with the checkpoints. An
+hparams.json already beside the average is kept; one that records another vocabulary than
+output_dir's is refused before anything is written (`check_kept_vocabulary`).
 """
 import os
 import uuid
@@ -30,7 +35,8 @@ from absl import logging
 from t2t_lite import atomic_files, checkpoints, output_paths
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.errors import FlagError
-from t2t_lite.run_description import HPARAMS_FILE
+from t2t_lite.run_description import (HPARAMS_FILE, VocabularyError, description_path,
+                                      described_vocabulary, recorded_vocabulary, same_vocabulary)
 
 AVERAGE_NAME = "average"  # an average's prefix in P: average-STEP-TOKEN
 STATE_FILE = "checkpoint"  # TensorFlow's CheckpointState, which tf.train.latest_checkpoint reads
@@ -126,6 +132,22 @@ def _replace_average(values: dict, out_path: str, step: str) -> str:
     return prefix
 
 
+def check_kept_vocabulary(output_dir: str, out_path: str):
+    """Raises VocabularyError when the hparams.json kept beside out_path (an earlier average's
+    copy) records another vocabulary than output_dir's: the decoder would read the new average
+    with it (the copy is not replaced)."""
+    kept_in = output_paths.parent_folder(out_path)
+    trained, kept = recorded_vocabulary(output_dir), recorded_vocabulary(kept_in)
+    if trained and kept and not same_vocabulary(trained, kept):
+        raise VocabularyError(
+            f"--out={out_path}: the checkpoints of {output_dir} were trained on "
+            f"{described_vocabulary(trained)}, which {description_path(output_dir)} records, "
+            f"but {description_path(kept_in)}, kept beside an earlier average, records "
+            f"{described_vocabulary(kept)}, and the decoder would read the average with it: "
+            f"choose another --out, or remove that hparams.json to have "
+            f"{description_path(output_dir)} copied there")
+
+
 def _keep_run_description(output_dir: str, out_path: str):
     """Copies output_dir's hparams.json beside the result when it goes to a folder without
     one, so that either folder serves as the decoder's --output_dir; returns the copy's path,
@@ -170,6 +192,7 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
             value = readers[-1].get_tensor(key)
         averages[checkpoints.variable_path(key)] = value
     check_out(out_path)
+    check_kept_vocabulary(output_dir, out_path)
     tf.io.gfile.makedirs(out_path)
     earlier = _current_name(out_path)
     # First, so that a full disk leaves the old average; removed again if the new one fails.

@@ -26,6 +26,7 @@ from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
 from t2t_lite.run_description import (description_path, differing_values, record_training,
                                       saved_run)
+from t2t_lite.run_description import checked_vocabulary
 from t2t_lite.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
@@ -333,6 +334,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     dev_data = problem.dataset("dev", data_dir, hparams, training=False, repeat=True,
                                num_replicas=replicas, allow_unverified=allow_unverified)
     vocab_size = problem.vocab_size(data_dir)
+    # The vocabulary the checkpoints were trained on, or a VocabularyError naming both files.
+    vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
     with reported_full_storage(output_dir, "output_dir"), \
@@ -340,23 +343,24 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         try:
             return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                  callbacks if chief else (), strategy, jit_compile, train_data,
-                                 dev_data, vocab_size)
+                                 dev_data, vocab_size, vocabulary)
         except tf.errors.DataLossError as error:  # a shard damaged after the check
             raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
 
 
-def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int):
+def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int,
+               vocabulary: dict = None):
     """hparams.json (a resume's changes appended to it: run_description.record_training) and
     the learning-rate picture, written once the latest checkpoint, of `step`, has restored into
     the model these hparams build: the record never describes a model other than the
     checkpoints beside it."""
-    record_training(output_dir, problem_name, model_name, hparams, step)
+    record_training(output_dir, problem_name, model_name, hparams, step, vocabulary)
     write_learning_rate_picture(hparams, train_steps,
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
 
 
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size):
+                  jit_compile, train_data, dev_data, vocab_size, vocabulary=None):
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
@@ -370,7 +374,8 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
             logging.info("resuming from %s", latest)
     step = int(optimizer.iterations.numpy())
     if chief:
-        record_run(output_dir, problem_name, model_name, hparams, step, config.train_steps)
+        record_run(output_dir, problem_name, model_name, hparams, step, config.train_steps,
+                   vocabulary)
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
     if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
