@@ -119,7 +119,10 @@ class Dropout(keras.layers.Dropout):
             return tf.zeros_like(inputs)
         threshold, scale = threshold_and_scale(self.rate)
         batch = _BATCH.get()
-        seed = batch.seed(self) if batch is not None else tf.cast(self.seed_generator.next(), tf.int64)
+        if batch is not None:
+            seed = batch.seed(self)
+        else:
+            seed = tf.cast(self.seed_generator.next(), tf.int64)
         seed = replica_seed(seed)
         bits = random_uint16(tf.shape(inputs), seed)
         mask = tf.where(bits >= tf.constant(threshold, tf.uint16),
