@@ -12,6 +12,7 @@ A full disk ends training with one StorageError, the last complete checkpoint th
 """
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import time
@@ -213,19 +214,26 @@ class TimeBudget(keras.callbacks.Callback):
 class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
-    `train_steps` (epochs need not divide it)."""
+    `train_steps` (epochs need not divide it). `after_first_save` (if any) is called once the
+    first checkpoint of this run is complete. `saved_step`: the step of the checkpoint training
+    resumed from, which is not saved again."""
 
-    def __init__(self, manager, every_steps: int, train_steps: int):
+    def __init__(self, manager, every_steps: int, train_steps: int, after_first_save=None,
+                 saved_step: int = None):
         super().__init__()
         self.manager = manager
         self.every_steps = every_steps
         self.train_steps = train_steps
-        self.saved_step = None
+        self.after_first_save = after_first_save
+        self.saved_step = saved_step
 
     def _save(self, step):
         if step != self.saved_step:
             logging.info("saved %s", checkpoints.save(self.manager, step))
             self.saved_step = step
+            if self.after_first_save is not None:
+                self.after_first_save()
+                self.after_first_save = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -346,9 +354,12 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
 
 def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int):
     """hparams.json (a resume's changes appended to it: run_description.record_training) and
-    the learning-rate picture, written once the latest checkpoint, of `step`, has restored into
-    the model these hparams build: the record never describes a model other than the
-    checkpoints beside it."""
+    the learning-rate picture. A new record is written once the model is built (and the latest
+    checkpoint, if any, restored into it), before the first step; a resumed run's changes (from
+    the checkpoint of `step`) once the first checkpoint after the resume is complete
+    (CheckpointSaver), so that a change that failed (a NaN loss at its first update, an
+    interrupt) leaves the record as it was: the record never describes a model other than the
+    checkpoints beside it, nor a change that no checkpoint holds."""
     record_training(output_dir, problem_name, model_name, hparams, step)
     write_learning_rate_picture(hparams, train_steps,
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
@@ -368,8 +379,13 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
             checkpoints.restore(latest, model, optimizer)
             logging.info("resuming from %s", latest)
     step = int(optimizer.iterations.numpy())
+    record = None  # a resumed run's changes, recorded after its first checkpoint
     if chief:
-        record_run(output_dir, problem_name, model_name, hparams, step, config.train_steps)
+        record = functools.partial(record_run, output_dir, problem_name, model_name, hparams,
+                                   step, config.train_steps)
+        if not (latest and saved_run(output_dir)):  # a new record: before the first step
+            record()
+            record = None
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
     if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
@@ -393,6 +409,7 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
                                            config.keep_checkpoint_max)
         run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
                  [NonFiniteLossGuard(output_dir), budget, monitor, *callbacks,
-                  CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
+                  CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
+                                  after_first_save=record, saved_step=step if latest else None)],
                  batches_per_update)
     return model
