@@ -38,7 +38,8 @@ class TrainingSteps:
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
     return {name: scalar tensor} for the names in COUNTS. `model`, `optimizer` and
-    `stop_training` make this object the `model` that Keras callbacks see.
+    `stop_training` make this object the `model` that Keras callbacks see; a callback that
+    sets `stop_at_once` as well (a signal) stops training without the epoch's evaluation.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True,
@@ -48,6 +49,7 @@ class TrainingSteps:
         self.hparams = hparams
         self.strategy = strategy or tf.distribute.get_strategy()
         self.stop_training = False
+        self.stop_at_once = False
         self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
         self.batches_trained = None  # counted from the optimizer's step at the first batch
         # The weight gradients through OpenBLAS where t2t_lite.blas can (a CPU, float32), unless
@@ -143,10 +145,14 @@ class TrainingSteps:
         """Whether `flag` holds in any process of the run: an all-reduce when the strategy has
         several replicas, so that every worker takes the same decision (one that stopped alone
         would leave the others waiting in the next step's all-reduce)."""
+        return self.each_on_any_worker([flag])[0]
+
+    def each_on_any_worker(self, flags: list) -> list:
+        """For each of `flags`, whether it holds in any process of the run (one all-reduce)."""
         if self.strategy.num_replicas_in_sync == 1:
-            return flag
-        votes = self.strategy.run(lambda: tf.constant(float(flag)))
-        return float(self.strategy.reduce(SUM, votes, axis=None)) > 0
+            return list(flags)
+        votes = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+        return [vote > 0 for vote in self.strategy.reduce(SUM, votes, axis=None).numpy()]
 
     def _sum_over_replicas(self, values):
         """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched

@@ -9,12 +9,16 @@ moments and step) and continues to `train_steps` (or for another `train_minutes`
 that asks for another run than the one recorded there (hparams.json) is refused before it
 writes anything (resumable_hparams).
 A full disk ends training with one StorageError, the last complete checkpoint the latest.
+SIGTERM and SIGINT stop training after the update under way, with a checkpoint there
+(SignalStop).
 """
 import contextlib
 import dataclasses
 import functools
 import itertools
 import math
+import signal
+import threading
 import time
 
 import keras
@@ -211,6 +215,83 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StoppedBySignal(Exception):
+    """Training stopped on a SIGTERM or SIGINT; the message says which checkpoint the same
+    command resumes from. `exit_status` is 128 + the signal's number (143, 130), the status of
+    a process that the signal ended."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
+        self.exit_status = 128 + signal_number
+
+
+class _Interrupted(BaseException):
+    """A signal that ends training at once (a BaseException, as KeyboardInterrupt, so that no
+    `except Exception` on its way takes it for an error to handle)."""
+
+    def __init__(self, signal_number: int, second: bool):
+        super().__init__(signal_number)
+        self.signal_number = signal_number
+        self.second = second
+
+
+class SignalStop(keras.callbacks.Callback):
+    """SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C) while training.
+
+    Within `installed()` (in the main thread only: Python runs signal handlers there), the
+    first signal during the training loop stops training after the update under way, without
+    the epoch's evaluation; CheckpointSaver then saves at the step reached, and train raises
+    StoppedBySignal. A signal before the loop (nothing trained yet), or a second one, ends
+    training at once (_Interrupted): checkpoints.save leaves the last complete checkpoint the
+    latest. In a run of several workers they vote after every update (one all-reduce), so
+    that every worker stops after the same update, whichever received the signal.
+    tensor2tensor's trainer, and t2t_lite before, ended at once, the steps since the last
+    checkpoint lost and the output folder's lock left behind."""
+
+    def __init__(self, multi_worker: bool):
+        super().__init__()
+        self.multi_worker = multi_worker
+        self.signal_number = None  # the signal that stops training, here or on another worker
+        self.in_loop = False
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {number: signal.signal(number, self._received) for number in STOPPING_SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _received(self, number, frame):
+        if not self.in_loop or self.signal_number is not None:
+            raise _Interrupted(number, second=self.signal_number is not None)
+        self.signal_number = number
+        logging.warning("%s received: training stops after the update under way, with a "
+                        "checkpoint (a second signal stops at once)", signal.Signals(number).name)
+
+    def on_train_begin(self, logs=None):
+        self.in_loop = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        received = self.signal_number
+        if self.multi_worker:
+            votes = self.model.each_on_any_worker([received == number
+                                                   for number in STOPPING_SIGNALS])
+            received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote),
+                            None)
+        if received is not None:
+            self.signal_number = received
+            self.model.stop_training = self.model.stop_at_once = True
+
+
 class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
@@ -275,7 +356,7 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
     `config.train_steps` updates or a callback stops training. As with Keras `fit`, callbacks
     see a batch end after every batch (logs with the running sums since the last evaluation)
     and an epoch end every `config.eval_every` updates, with the dev loss and accuracy as
-    val_loss and val_accuracy."""
+    val_loss and val_accuracy (none when a callback stopped training at once)."""
     callback_list = keras.callbacks.CallbackList(list(callbacks), model=steps)
     iterations = steps.optimizer.iterations
     step = int(iterations.numpy())
@@ -296,6 +377,8 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
             callback_list.on_train_batch_end(batch_index, logs)
             batch_index += 1
             step = int(iterations.numpy())
+        if steps.stop_at_once:
+            break
         if dev_batches is not None and config.eval_steps:
             dev_logs = evaluate(steps, dev_batches, config.eval_steps)
             logs = {**logs, "val_loss": dev_logs["loss"], "val_accuracy": dev_logs["accuracy"]}
@@ -342,14 +425,24 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocab_size = problem.vocab_size(data_dir)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
-    with reported_full_storage(output_dir, "output_dir"), \
-            (lock if chief else contextlib.nullcontext()):
-        try:
-            return _train_locked(problem_name, model_name, hparams, output_dir, config,
-                                 callbacks if chief else (), strategy, jit_compile, train_data,
-                                 dev_data, vocab_size)
-        except tf.errors.DataLossError as error:  # a shard damaged after the check
-            raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+    signal_stop = SignalStop(multi_worker=distribution.cluster_workers() > 1)
+    try:
+        with signal_stop.installed(), reported_full_storage(output_dir, "output_dir"), \
+                (lock if chief else contextlib.nullcontext()):
+            try:
+                return _train_locked(problem_name, model_name, hparams, output_dir, config,
+                                     callbacks if chief else (), strategy, jit_compile,
+                                     train_data, dev_data, vocab_size, signal_stop)
+            except tf.errors.DataLossError as error:  # a shard damaged after the check
+                raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+    except _Interrupted as interrupt:
+        name = signal.Signals(interrupt.signal_number).name
+        latest = tf.train.latest_checkpoint(output_dir)
+        resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
+                  if latest else "no checkpoint yet; the same command starts again")
+        when = "a second signal while stopping" if interrupt.second else "before training began"
+        raise StoppedBySignal(f"stopped by {name} ({when}): {resume}",
+                              interrupt.signal_number) from None
 
 
 def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int):
@@ -366,7 +459,7 @@ def record_run(output_dir, problem_name, model_name, hparams, step: int, train_s
 
 
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size):
+                  jit_compile, train_data, dev_data, vocab_size, signal_stop):
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
@@ -407,9 +500,16 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max)
+        saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
+                                after_first_save=record, saved_step=step if latest else None)
         run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                 [NonFiniteLossGuard(output_dir), budget, monitor, *callbacks,
-                  CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
-                                  after_first_save=record, saved_step=step if latest else None)],
-                 batches_per_update)
+                 [NonFiniteLossGuard(output_dir), budget, signal_stop, monitor, *callbacks,
+                  saver], batches_per_update)
+    if signal_stop.signal_number is not None:
+        name = signal.Signals(signal_stop.signal_number).name
+        path = tf.io.gfile.join(output_dir, f"{checkpoints.CHECKPOINT_NAME}-{saver.saved_step}")
+        done = (f"after step {saver.saved_step}: saved {path}" if saver.saved_step != step
+                else f"at step {step}, before any update: {path} holds it")
+        raise StoppedBySignal(f"stopped by {name} {done}; the same command resumes from it",
+                              signal_stop.signal_number)
     return model
