@@ -215,6 +215,48 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+# Seconds the first update may take before a line says what it waits for.
+FIRST_UPDATE_PATIENCE_SECONDS = 30.0
+
+
+class FirstUpdateWait(keras.callbacks.Callback):
+    """One line when the first update of a run has not finished after `seconds` (default
+    FIRST_UPDATE_PATIENCE_SECONDS), saying what it waits for: the input pipeline filling the
+    first batch (reading and bucketing the shards until a bucket holds a batch's tokens) and
+    TensorFlow tracing the step, and XLA compiling it where XLA is on (before, nothing was
+    said while it waited)."""
+
+    def __init__(self, batch_size: int, replicas: int, jit_compile: bool,
+                 seconds: float = None):
+        super().__init__()
+        self.batch_size = batch_size
+        self.replicas = replicas
+        self.jit_compile = jit_compile
+        self.seconds = FIRST_UPDATE_PATIENCE_SECONDS if seconds is None else seconds
+        self.timer = None
+
+    def _say(self):
+        shares = f" x {self.replicas} replicas" if self.replicas > 1 else ""
+        logging.info("the first update has not finished after %g s: it waits for the input "
+                     "pipeline to fill the first batch of about %d tokens (batch_size=%d%s) "
+                     "and for TensorFlow to trace the step%s", self.seconds,
+                     self.batch_size * self.replicas, self.batch_size, shares,
+                     " and XLA to compile it for the batch's shape" if self.jit_compile else "")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.timer is None:
+            self.timer = threading.Timer(self.seconds, self._say)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.timer.cancel()
+
+    def on_train_end(self, logs=None):
+        if self.timer is not None:
+            self.timer.cancel()
+
+
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -502,9 +544,13 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
                                            config.keep_checkpoint_max)
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
                                 after_first_save=record, saved_step=step if latest else None)
-        run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                 [NonFiniteLossGuard(output_dir), budget, signal_stop, monitor, *callbacks,
-                  saver], batches_per_update)
+        first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
+        try:
+            run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
+                     [first_update, NonFiniteLossGuard(output_dir), budget, signal_stop,
+                      monitor, *callbacks, saver], batches_per_update)
+        finally:  # also when the first update fails
+            first_update.on_train_end()
     if signal_stop.signal_number is not None:
         name = signal.Signals(signal_stop.signal_number).name
         path = tf.io.gfile.join(output_dir, f"{checkpoints.CHECKPOINT_NAME}-{saver.saved_step}")
