@@ -176,7 +176,7 @@ class NonFiniteLossGuard(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not math.isfinite(float(logs["loss_sum"])):
             step = int(self.model.optimizer.iterations.numpy())
-            latest = tf.train.latest_checkpoint(self.output_dir)
+            latest = checkpoints.latest(self.output_dir)
             raise NonFiniteLossError(
                 f"the training loss became NaN or infinite at step {step}; stopped. The last "
                 f"good checkpoint is {latest or '(none yet)'}. Lower the learning rate "
@@ -479,7 +479,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
                 raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
     except _Interrupted as interrupt:
         name = signal.Signals(interrupt.signal_number).name
-        latest = tf.train.latest_checkpoint(output_dir)
+        latest = checkpoints.latest(output_dir)
         resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
                   if latest else "no checkpoint yet; the same command starts again")
         when = "a second signal while stopping" if interrupt.second else "before training began"
@@ -500,6 +500,15 @@ def record_run(output_dir, problem_name, model_name, hparams, step: int, train_s
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
 
 
+def _resume_advice(damaged: str, restorable: str, output_dir: str) -> str:
+    """How to resume after the latest checkpoint was found damaged: the trainer moves and
+    deletes nothing itself (the user may want to look at the files, or have a copy)."""
+    files = f"{damaged}.index and {damaged}.data-*"
+    then = (f"the same command resumes from {restorable}" if restorable
+            else "the same command trains from step 0")
+    return f"move {files} out of {output_dir}, and {then}"
+
+
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
                   jit_compile, train_data, dev_data, vocab_size, signal_stop):
     """train() once the inputs are checked and output_dir is locked."""
@@ -509,9 +518,13 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         model = build_model(model_name, hparams, vocab_size)
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
-        latest = tf.train.latest_checkpoint(output_dir)
+        latest = checkpoints.latest(output_dir)
         if latest:
-            checkpoints.restore(latest, model, optimizer)
+            try:
+                checkpoints.restore(latest, model, optimizer)
+            except checkpoints.DamagedCheckpointError as damaged:
+                raise damaged.advising(_resume_advice(latest, damaged.restorable,
+                                                      output_dir)) from None
             logging.info("resuming from %s", latest)
     step = int(optimizer.iterations.numpy())
     record = None  # a resumed run's changes, recorded after its first checkpoint
