@@ -70,12 +70,14 @@ class _BatchDraws:
         self.calls = {}
 
     def seed(self, layer) -> tf.Tensor:
-        """[2] int64: the layer's seed (its SeedGenerator's, which a trainer seeds anew in
-        every run) with the batch number and the layer's call index folded in."""
+        """[2] int64: the layer's seed (the first half of its SeedGenerator's state, which
+        `next` leaves as it is; keras.utils.set_random_seed makes it the same in every run)
+        with the batch number and the layer's call index folded in."""
         index = self.calls.get(id(layer), 0)
         self.calls[id(layer)] = index + 1
+        layer_seed = tf.cast(layer.seed_generator.state.value[0], tf.int64)
         seed = tf.random.experimental.stateless_fold_in(
-            tf.cast(layer.seed_generator.state.value, tf.int64), self.batch_number, alg="philox")
+            tf.stack([layer_seed, tf.constant(0, tf.int64)]), self.batch_number, alg="philox")
         if index:
             seed = tf.random.experimental.stateless_fold_in(seed, index, alg="philox")
         return seed
