@@ -290,9 +290,9 @@ class SignalStop(keras.callbacks.Callback):
     StoppedBySignal. A signal before the loop (nothing trained yet), or a second one, ends
     training at once (_Interrupted): checkpoints.save leaves the last complete checkpoint the
     latest. In a run of several workers they vote after every update (one all-reduce), so
-    that every worker stops after the same update, whichever received the signal.
-    tensor2tensor's trainer, and t2t_lite before, ended at once, the steps since the last
-    checkpoint lost and the output folder's lock left behind."""
+    that every worker stops after the same update, whichever received the signal. (Before,
+    SIGTERM ended the trainer at once: the steps since the last checkpoint were lost and the
+    output folder's lock left behind.)"""
 
     def __init__(self, multi_worker: bool):
         super().__init__()
