@@ -132,16 +132,13 @@ class Reader:
         if held < needed:
             raise self._fail(self.checkpoint_path, _data_file_name(self.checkpoint_path),
                              f"it holds {held} bytes, fewer than the {needed} bytes of the "
-                             f"values its index lists" if files else "missing")
+                             f"values its index lists" if files else "no such file")
 
     def get_variable_to_shape_map(self) -> dict:
         return self._reader.get_variable_to_shape_map()
 
     def get_variable_to_dtype_map(self) -> dict:
         return self._reader.get_variable_to_dtype_map()
-
-    def has_tensor(self, key: str) -> bool:
-        return self._reader.has_tensor(key)
 
     def get_tensor(self, key: str):
         try:
