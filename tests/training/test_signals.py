@@ -40,8 +40,11 @@ def test_a_signal_saves_a_checkpoint_releases_the_lock_and_the_same_command_resu
             break
     assert process.poll() is None, "".join(before)
     process.send_signal(number)
-    out = "".join(before) + process.stderr.read()
-    assert process.wait(timeout=300) == status, out
+    try:
+        out = "".join(before) + process.communicate(timeout=300)[1]
+    finally:
+        process.kill()  # when it did not stop
+    assert process.returncode == status, out
     assert "Traceback" not in out, out
     name = signal.Signals(number).name
     stopped = [line for line in out.splitlines() if line.startswith("stopped by")]
@@ -133,7 +136,7 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_update(data_dir, tmp_p
             if re.search(r"step \d+/100000  loss", line):
                 break
         other.send_signal(signal.SIGTERM)
-        outputs = [None, "".join(before) + other.stderr.read()]
+        outputs = [None, "".join(before) + other.communicate(timeout=300)[1]]
         statuses = [worker.wait(timeout=300) for worker in workers]
         outputs[0] = chief_log.read_text()
     finally:
