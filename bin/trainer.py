@@ -2,7 +2,12 @@
 
   t2t_lite-trainer --problem=algorithmic_copy --model=transformer --hparams_set=transformer_tiny \
       --data_dir=D --output_dir=O --train_steps=1000
+
+On SIGTERM or SIGINT it saves a checkpoint after the update under way, says so in one line and
+exits with status 143 or 130; the same command resumes from that checkpoint.
 """
+import sys
+
 from t2t_lite import registry
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
@@ -70,8 +75,12 @@ def main(argv):
     if FLAGS.eval_bleu_sentences and distribution.is_chief(strategy):
         callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,
                                  FLAGS.output_dir, FLAGS.eval_bleu_sentences))
-    trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
-                  FLAGS.output_dir, config, callbacks, strategy)
+    try:
+        trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
+                      FLAGS.output_dir, config, callbacks, strategy)
+    except trainer.StoppedBySignal as stop:  # one line, and the signal's exit status
+        print(stop, file=sys.stderr)
+        sys.exit(stop.exit_status)
 
 
 def run():

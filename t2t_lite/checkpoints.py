@@ -7,9 +7,14 @@ silently saves only the embedding. Here every variable is saved under its unique
 a mismatch between a checkpoint and the model easy to name.
 
 The trainer writes and resumes them; the decoder, the exporter and the averager read them.
+Every read goes through `reader` or `restore`, which turn a damaged checkpoint (an .index or
+.data file cut short, changed or missing) into one DamagedCheckpointError naming the file and
+the latest checkpoint beside it that restores, instead of TensorFlow's IndexError ("Read less
+bytes than requested"), DataLossError or OpError, which named neither.
 """
 import re
 
+import numpy as np
 import tensorflow as tf
 
 from t2t_lite import atomic_files, output_paths
@@ -25,6 +30,122 @@ VALUE_KEY_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 class CheckpointError(UserError, ValueError):
     """No checkpoint, or one that does not fit the model the hparams describe."""
+
+
+# What TensorFlow raises for a checkpoint file it cannot read: an OpError (DataLossError for a
+# checksum, "not an sstable" for an index cut short), IndexError for a .data file cut short.
+_READ_ERRORS = (tf.errors.OpError, IndexError)
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint whose files cannot be read whole. `restorable`: the latest checkpoint in
+    the same folder that reads whole, or None; `advice` says how to use it (the decoder's and
+    exporter's --checkpoint_path by default; the trainer's own otherwise)."""
+
+    def __init__(self, checkpoint_path: str, damaged_file: str, reason: str,
+                 restorable: str = None, advice: str = None):
+        self.checkpoint_path = checkpoint_path
+        self.damaged_file = damaged_file
+        self.reason = reason
+        self.restorable = restorable
+        folder = output_paths.parent_folder(checkpoint_path)
+        if advice is None:
+            advice = (f"--checkpoint_path={restorable} decodes or exports it" if restorable
+                      else "train again")
+        found = (f"The latest checkpoint that restores is {restorable}" if restorable
+                 else f"No other checkpoint in {folder} restores")
+        super().__init__(f"{damaged_file} is damaged ({reason}): the checkpoint "
+                         f"{checkpoint_path} cannot be restored. {found}: {advice}")
+
+    def advising(self, advice: str) -> "DamagedCheckpointError":
+        """The same error with other advice."""
+        return DamagedCheckpointError(self.checkpoint_path, self.damaged_file, self.reason,
+                                      self.restorable, advice)
+
+
+def _reason(error: Exception) -> str:
+    """The first line of TensorFlow's message."""
+    text = str(getattr(error, "message", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _data_files(checkpoint_path: str) -> list:
+    return sorted(tf.io.gfile.glob(checkpoint_path + ".data-*"))
+
+
+def _data_file_name(checkpoint_path: str) -> str:
+    """The checkpoint's .data file, or the pattern of its shards when it has several or none."""
+    files = _data_files(checkpoint_path)
+    return files[0] if len(files) == 1 else checkpoint_path + ".data-*"
+
+
+def _step_of(checkpoint_path: str) -> int:
+    """The step in a checkpoint's name ("model.ckpt-40", "average-40-TOKEN"); -1 without one."""
+    found = re.search(r"-(\d+)", checkpoint_path.rsplit("/", 1)[-1])
+    return int(found.group(1)) if found else -1
+
+
+def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> DamagedCheckpointError:
+    folder = output_paths.parent_folder(checkpoint_path)
+    others = sorted((path for path in existing_checkpoints(folder) if path != checkpoint_path),
+                    key=lambda path: (_step_of(path), path), reverse=True)
+    restorable = next((path for path in others if _reads_whole(path)), None)
+    return DamagedCheckpointError(checkpoint_path, damaged_file, reason, restorable)
+
+
+def _reads_whole(checkpoint_path: str) -> bool:
+    """Whether every value of the checkpoint reads (each is checked against its checksum)."""
+    try:
+        stored = Reader(checkpoint_path, name_a_restorable=False)
+        for key in stored.get_variable_to_shape_map():
+            stored.get_tensor(key)
+        return True
+    except (CheckpointError, *_READ_ERRORS):
+        return False
+
+
+class Reader:
+    """A checkpoint's values by key (TensorFlow's CheckpointReader), for a checkpoint whose
+    index reads and whose .data files hold at least the bytes of the values the index lists;
+    a read that fails is a DamagedCheckpointError naming the file (see `reader`)."""
+
+    def __init__(self, checkpoint_path: str, name_a_restorable: bool = True):
+        self.checkpoint_path = checkpoint_path
+        self._fail = (_damaged if name_a_restorable else
+                      lambda path, file, reason: DamagedCheckpointError(path, file, reason))
+        try:
+            self._reader = tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
+        except _READ_ERRORS as error:
+            raise self._fail(checkpoint_path, checkpoint_path + ".index",
+                             _reason(error)) from None
+        self._check_sizes()
+
+    def _check_sizes(self):
+        """A .data file cut short can still give the values that lie before the cut (a decoder
+        reads only the model's): its size is checked against the values' bytes first."""
+        dtypes = self._reader.get_variable_to_dtype_map()
+        needed = sum(int(np.prod(shape)) * dtypes[key].size
+                     for key, shape in self._reader.get_variable_to_shape_map().items()
+                     if dtypes[key] != tf.string)
+        files = _data_files(self.checkpoint_path)
+        held = sum(tf.io.gfile.stat(path).length for path in files)
+        if held < needed:
+            raise self._fail(self.checkpoint_path, _data_file_name(self.checkpoint_path),
+                             f"it holds {held} bytes, fewer than the {needed} bytes of the "
+                             f"values its index lists" if files else "no such file")
+
+    def get_variable_to_shape_map(self) -> dict:
+        return self._reader.get_variable_to_shape_map()
+
+    def get_variable_to_dtype_map(self) -> dict:
+        return self._reader.get_variable_to_dtype_map()
+
+    def get_tensor(self, key: str):
+        try:
+            return self._reader.get_tensor(key)
+        except _READ_ERRORS as error:
+            raise self._fail(self.checkpoint_path, _data_file_name(self.checkpoint_path),
+                             _reason(error)) from None
 
 
 def variables_by_path(variables, drop_top_scope: bool = False) -> dict:
@@ -97,14 +218,15 @@ def save(manager, step: int) -> str:
         raise
 
 
-def reader(checkpoint_path: str):
-    """A reader of the checkpoint with this prefix.
+def reader(checkpoint_path: str) -> Reader:
+    """A reader of the checkpoint with this prefix; a DamagedCheckpointError when its index or
+    a value cannot be read, or its .data files are shorter than the values they hold.
 
     `tf.train.load_checkpoint` first asks whether the path is a folder, and on file systems
     without real folders (ram://) "O/model.ckpt-2" counts as one because "O/model.ckpt-2.index"
     lies under that name; the reader takes the prefix as given, as `tf.train.Checkpoint.restore`
     does."""
-    return tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
+    return Reader(checkpoint_path)
 
 
 def check_compatible(checkpoint_path: str, model):
@@ -123,13 +245,30 @@ def check_compatible(checkpoint_path: str, model):
 
 
 def restore(checkpoint_path: str, model, optimizer=None):
-    """Restores every model variable (and the optimizer's, when given) or raises."""
+    """Restores every model variable (and the optimizer's, when given) or raises: a
+    DamagedCheckpointError when the checkpoint's files cannot be read (see reader)."""
     check_compatible(checkpoint_path, model)
-    status = make_checkpoint(model, optimizer).restore(checkpoint_path)
+    try:
+        status = make_checkpoint(model, optimizer).restore(checkpoint_path)
+    except _READ_ERRORS as error:
+        raise _damaged(checkpoint_path, _data_file_name(checkpoint_path),
+                       _reason(error)) from None
     if optimizer is not None:
         status.assert_consumed()
     else:
         status.expect_partial().assert_existing_objects_matched()
+
+
+def latest(folder: str):
+    """The latest checkpoint in folder that its `checkpoint` file lists and whose files are
+    there, or None. tf.train.latest_checkpoint says None when the latest was moved away (a
+    damaged one), and a trainer would start again from step 0 beside the earlier ones."""
+    state = tf.train.get_checkpoint_state(folder)
+    if state is None:
+        return None
+    listed = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
+    return next((path for path in listed if path and tf.io.gfile.exists(path + ".index")),
+                None)
 
 
 def existing_checkpoints(folder: str) -> list:
@@ -143,18 +282,18 @@ def resolve(output_dir: str, checkpoint_path: str = None) -> str:
     known to exist, else output_dir's latest; a CheckpointError names the path and lists the
     checkpoints that exist, instead of TensorFlow's NotFoundError at restore time."""
     if checkpoint_path is None:
-        latest = tf.train.latest_checkpoint(output_dir)
-        if not latest:
+        found = latest(output_dir)
+        if not found:
             raise CheckpointError(f"no checkpoint in {output_dir}: train first "
                                   f"(t2t_lite-trainer --output_dir={output_dir})")
-        return latest
+        return found
     # The prefix first: on ram:// a prefix also counts as a folder (see reader).
     if tf.io.gfile.exists(checkpoint_path + ".index"):
         return checkpoint_path
     if tf.io.gfile.isdir(checkpoint_path):
-        latest = tf.train.latest_checkpoint(checkpoint_path)
-        if latest:
-            return latest
+        found = tf.train.latest_checkpoint(checkpoint_path)
+        if found:
+            return found
     folders = dict.fromkeys([output_dir, output_paths.parent_folder(checkpoint_path)])
     existing = [path for folder in folders if tf.io.gfile.isdir(folder)
                 for path in existing_checkpoints(folder)]

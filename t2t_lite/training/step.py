@@ -15,12 +15,18 @@ in device CPU:1 from device CPU:0"):
 3. The replicas' gradients are summed in one batched all-reduce, clipped, and applied once by the
    optimizer in cross-replica context; the optimizer updates every copy of each variable.
 
+Each training batch is numbered (the batches trained before it, counted from the optimizer's
+step when the first is trained), and the dropout masks are drawn from that number
+(layers.dropout.masks_of_batch), so that a run resumed from a checkpoint trains on the masks of
+the run it continues.
+
 Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
 positions) reduced over replicas, from which the caller forms token-weighted averages.
 """
 import tensorflow as tf
 
 from t2t_lite.blas import matmul as blas
+from t2t_lite.layers.dropout import masks_of_batch
 from t2t_lite.training import losses, output_layer_loss
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -32,7 +38,8 @@ class TrainingSteps:
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
     return {name: scalar tensor} for the names in COUNTS. `model`, `optimizer` and
-    `stop_training` make this object the `model` that Keras callbacks see.
+    `stop_training` make this object the `model` that Keras callbacks see; a callback that
+    sets `stop_at_once` as well (a signal) stops training without the epoch's evaluation.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True,
@@ -42,6 +49,9 @@ class TrainingSteps:
         self.hparams = hparams
         self.strategy = strategy or tf.distribute.get_strategy()
         self.stop_training = False
+        self.stop_at_once = False
+        self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
+        self.batches_trained = None  # counted from the optimizer's step at the first batch
         # The weight gradients through OpenBLAS where t2t_lite.blas can (a CPU, float32), unless
         # XLA compiles the step: XLA cannot compile that op.
         self.blas_weight_gradients = blas_weight_gradients and not jit_compile
@@ -68,7 +78,11 @@ class TrainingSteps:
         return self.strategy.experimental_distribute_dataset(dataset.with_options(options))
 
     def train_step(self, batch) -> dict:
-        return self._train_step(batch)
+        if self.batches_trained is None:
+            self.batches_trained = int(self.optimizer.iterations.numpy()) * self.batches_per_update
+        counts = self._train_step(batch, tf.constant(self.batches_trained, tf.int64))
+        self.batches_trained += 1
+        return counts
 
     def eval_step(self, batch) -> dict:
         return self._eval_step(batch)
@@ -94,10 +108,10 @@ class TrainingSteps:
         return {"loss_sum": loss_sum, "target_tokens": tokens, "correct_tokens": correct,
                 "padded_tokens": padded, "real_tokens": real}
 
-    def _loss_and_gradients(self, features, global_tokens):
+    def _loss_and_gradients(self, features, global_tokens, batch_number=None):
         # Here, inside the replica's function: MirroredStrategy traces each replica in a thread
-        # of its own, which does not inherit the permission (a context variable).
-        with blas.allowed(self.blas_weight_gradients):
+        # of its own, which does not inherit the permission and the batch (context variables).
+        with blas.allowed(self.blas_weight_gradients), masks_of_batch(batch_number):
             with tf.GradientTape() as tape:
                 counts = self._counts(features, training=True)
                 loss = self.optimizer.scale_loss(
@@ -106,7 +120,7 @@ class TrainingSteps:
 
     # --- Across replicas ------------------------------------------------------------------------
 
-    def _distributed_train_step(self, batch):
+    def _distributed_train_step(self, batch, batch_number):
         strategy = self.strategy
         tokens = strategy.run(lambda features: tf.reduce_sum(
             losses.target_weights(features["targets"])), args=(batch,))
@@ -114,7 +128,7 @@ class TrainingSteps:
         # A Python function around the compiled one: strategy.run of the XLA function itself
         # fails to reach the second device's variables.
         counts, gradients = strategy.run(
-            lambda features, tokens: self.replica_gradients(features, tokens),
+            lambda features, tokens: self.replica_gradients(features, tokens, batch_number),
             args=(batch, global_tokens))
         gradients = self._sum_over_replicas(gradients)
         if self.hparams.clip_grad_norm:
@@ -131,10 +145,14 @@ class TrainingSteps:
         """Whether `flag` holds in any process of the run: an all-reduce when the strategy has
         several replicas, so that every worker takes the same decision (one that stopped alone
         would leave the others waiting in the next step's all-reduce)."""
+        return self.each_on_any_worker([flag])[0]
+
+    def each_on_any_worker(self, flags: list) -> list:
+        """For each of `flags`, whether it holds in any process of the run (one all-reduce)."""
         if self.strategy.num_replicas_in_sync == 1:
-            return flag
-        votes = self.strategy.run(lambda: tf.constant(float(flag)))
-        return float(self.strategy.reduce(SUM, votes, axis=None)) > 0
+            return list(flags)
+        votes = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+        return [vote > 0 for vote in self.strategy.reduce(SUM, votes, axis=None).numpy()]
 
     def _sum_over_replicas(self, values):
         """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched

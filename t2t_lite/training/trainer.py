@@ -9,11 +9,16 @@ moments and step) and continues to `train_steps` (or for another `train_minutes`
 that asks for another run than the one recorded there (hparams.json) is refused before it
 writes anything (resumable_hparams).
 A full disk ends training with one StorageError, the last complete checkpoint the latest.
+SIGTERM and SIGINT stop training after the update under way, with a checkpoint there
+(SignalStop).
 """
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
+import signal
+import threading
 import time
 
 import keras
@@ -172,7 +177,7 @@ class NonFiniteLossGuard(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not math.isfinite(float(logs["loss_sum"])):
             step = int(self.model.optimizer.iterations.numpy())
-            latest = tf.train.latest_checkpoint(self.output_dir)
+            latest = checkpoints.latest(self.output_dir)
             raise NonFiniteLossError(
                 f"the training loss became NaN or infinite at step {step}; stopped. The last "
                 f"good checkpoint is {latest or '(none yet)'}. Lower the learning rate "
@@ -211,22 +216,148 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+# Seconds the first update may take before a line says what it waits for.
+FIRST_UPDATE_PATIENCE_SECONDS = 30.0
+
+
+class FirstUpdateWait(keras.callbacks.Callback):
+    """One line when the first update of a run has not finished after `seconds` (default
+    FIRST_UPDATE_PATIENCE_SECONDS), saying what it waits for: the input pipeline filling the
+    first batch (reading and bucketing the shards until a bucket holds a batch's tokens) and
+    TensorFlow tracing the step, and XLA compiling it where XLA is on (before, nothing was
+    said while it waited)."""
+
+    def __init__(self, batch_size: int, replicas: int, jit_compile: bool,
+                 seconds: float = None):
+        super().__init__()
+        self.batch_size = batch_size
+        self.replicas = replicas
+        self.jit_compile = jit_compile
+        self.seconds = FIRST_UPDATE_PATIENCE_SECONDS if seconds is None else seconds
+        self.timer = None
+
+    def _say(self):
+        shares = f" x {self.replicas} replicas" if self.replicas > 1 else ""
+        logging.info("the first update has not finished after %g s: it waits for the input "
+                     "pipeline to fill the first batch of about %d tokens (batch_size=%d%s) "
+                     "and for TensorFlow to trace the step%s", self.seconds,
+                     self.batch_size * self.replicas, self.batch_size, shares,
+                     " and XLA to compile it for the batch's shape" if self.jit_compile else "")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.timer is None:
+            self.timer = threading.Timer(self.seconds, self._say)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.timer.cancel()
+
+    def on_train_end(self, logs=None):
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StoppedBySignal(Exception):
+    """Training stopped on a SIGTERM or SIGINT; the message says which checkpoint the same
+    command resumes from. `exit_status` is 128 + the signal's number (143, 130), the status of
+    a process that the signal ended."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
+        self.exit_status = 128 + signal_number
+
+
+class _Interrupted(BaseException):
+    """A signal that ends training at once (a BaseException, as KeyboardInterrupt, so that no
+    `except Exception` on its way takes it for an error to handle)."""
+
+    def __init__(self, signal_number: int, second: bool):
+        super().__init__(signal_number)
+        self.signal_number = signal_number
+        self.second = second
+
+
+class SignalStop(keras.callbacks.Callback):
+    """SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C) while training.
+
+    Within `installed()` (in the main thread only: Python runs signal handlers there), the
+    first signal during the training loop stops training after the update under way, without
+    the epoch's evaluation; CheckpointSaver then saves at the step reached, and train raises
+    StoppedBySignal. A signal before the loop (nothing trained yet), or a second one, ends
+    training at once (_Interrupted): checkpoints.save leaves the last complete checkpoint the
+    latest. In a run of several workers they vote after every update (one all-reduce), so
+    that every worker stops after the same update, whichever received the signal. (Before,
+    SIGTERM ended the trainer at once: the steps since the last checkpoint were lost and the
+    output folder's lock left behind.)"""
+
+    def __init__(self, multi_worker: bool):
+        super().__init__()
+        self.multi_worker = multi_worker
+        self.signal_number = None  # the signal that stops training, here or on another worker
+        self.in_loop = False
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {number: signal.signal(number, self._received) for number in STOPPING_SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _received(self, number, frame):
+        if not self.in_loop or self.signal_number is not None:
+            raise _Interrupted(number, second=self.signal_number is not None)
+        self.signal_number = number
+        logging.warning("%s received: training stops after the update under way, with a "
+                        "checkpoint (a second signal stops at once)", signal.Signals(number).name)
+
+    def on_train_begin(self, logs=None):
+        self.in_loop = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        received = self.signal_number
+        if self.multi_worker:
+            votes = self.model.each_on_any_worker([received == number
+                                                   for number in STOPPING_SIGNALS])
+            received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote),
+                            None)
+        if received is not None:
+            self.signal_number = received
+            self.model.stop_training = self.model.stop_at_once = True
+
+
 class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
-    `train_steps` (epochs need not divide it)."""
+    `train_steps` (epochs need not divide it). `after_first_save` (if any) is called once the
+    first checkpoint of this run is complete. `saved_step`: the step of the checkpoint training
+    resumed from, which is not saved again."""
 
-    def __init__(self, manager, every_steps: int, train_steps: int):
+    def __init__(self, manager, every_steps: int, train_steps: int, after_first_save=None,
+                 saved_step: int = None):
         super().__init__()
         self.manager = manager
         self.every_steps = every_steps
         self.train_steps = train_steps
-        self.saved_step = None
+        self.after_first_save = after_first_save
+        self.saved_step = saved_step
 
     def _save(self, step):
         if step != self.saved_step:
             logging.info("saved %s", checkpoints.save(self.manager, step))
             self.saved_step = step
+            if self.after_first_save is not None:
+                self.after_first_save()
+                self.after_first_save = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -268,7 +399,7 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
     `config.train_steps` updates or a callback stops training. As with Keras `fit`, callbacks
     see a batch end after every batch (logs with the running sums since the last evaluation)
     and an epoch end every `config.eval_every` updates, with the dev loss and accuracy as
-    val_loss and val_accuracy."""
+    val_loss and val_accuracy (none when a callback stopped training at once)."""
     callback_list = keras.callbacks.CallbackList(list(callbacks), model=steps)
     iterations = steps.optimizer.iterations
     step = int(iterations.numpy())
@@ -289,6 +420,8 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
             callback_list.on_train_batch_end(batch_index, logs)
             batch_index += 1
             step = int(iterations.numpy())
+        if steps.stop_at_once:
+            break
         if dev_batches is not None and config.eval_steps:
             dev_logs = evaluate(steps, dev_batches, config.eval_steps)
             logs = {**logs, "val_loss": dev_logs["loss"], "val_accuracy": dev_logs["accuracy"]}
@@ -338,29 +471,51 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
-    with reported_full_storage(output_dir, "output_dir"), \
-            (lock if chief else contextlib.nullcontext()):
-        try:
-            return _train_locked(problem_name, model_name, hparams, output_dir, config,
-                                 callbacks if chief else (), strategy, jit_compile, train_data,
-                                 dev_data, vocab_size, vocabulary)
-        except tf.errors.DataLossError as error:  # a shard damaged after the check
-            raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+    signal_stop = SignalStop(multi_worker=distribution.cluster_workers() > 1)
+    try:
+        with signal_stop.installed(), reported_full_storage(output_dir, "output_dir"), \
+                (lock if chief else contextlib.nullcontext()):
+            try:
+                return _train_locked(problem_name, model_name, hparams, output_dir, config,
+                                     callbacks if chief else (), strategy, jit_compile,
+                                     train_data, dev_data, vocab_size, vocabulary, signal_stop)
+            except tf.errors.DataLossError as error:  # a shard damaged after the check
+                raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+    except _Interrupted as interrupt:
+        name = signal.Signals(interrupt.signal_number).name
+        latest = checkpoints.latest(output_dir)
+        resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
+                  if latest else "no checkpoint yet; the same command starts again")
+        when = "a second signal while stopping" if interrupt.second else "before training began"
+        raise StoppedBySignal(f"stopped by {name} ({when}): {resume}",
+                              interrupt.signal_number) from None
 
 
 def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int,
                vocabulary: dict = None):
     """hparams.json (a resume's changes appended to it: run_description.record_training) and
-    the learning-rate picture, written once the latest checkpoint, of `step`, has restored into
-    the model these hparams build: the record never describes a model other than the
-    checkpoints beside it."""
+    the learning-rate picture. A new record is written once the model is built (and the latest
+    checkpoint, if any, restored into it), before the first step; a resumed run's changes (from
+    the checkpoint of `step`) once the first checkpoint after the resume is complete
+    (CheckpointSaver), so that a change that failed (a NaN loss at its first update, an
+    interrupt) leaves the record as it was: the record never describes a model other than the
+    checkpoints beside it, nor a change that no checkpoint holds."""
     record_training(output_dir, problem_name, model_name, hparams, step, vocabulary)
     write_learning_rate_picture(hparams, train_steps,
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
 
 
+def _resume_advice(damaged: str, restorable: str, output_dir: str) -> str:
+    """How to resume after the latest checkpoint was found damaged: the trainer moves and
+    deletes nothing itself (the user may want to look at the files, or have a copy)."""
+    files = f"{damaged}.index and {damaged}.data-*"
+    then = (f"the same command resumes from {restorable}" if restorable
+            else "the same command trains from step 0")
+    return f"move {files} out of {output_dir}, and {then}"
+
+
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size, vocabulary=None):
+                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop):
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
@@ -368,14 +523,22 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         model = build_model(model_name, hparams, vocab_size)
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
-        latest = tf.train.latest_checkpoint(output_dir)
+        latest = checkpoints.latest(output_dir)
         if latest:
-            checkpoints.restore(latest, model, optimizer)
+            try:
+                checkpoints.restore(latest, model, optimizer)
+            except checkpoints.DamagedCheckpointError as damaged:
+                raise damaged.advising(_resume_advice(latest, damaged.restorable,
+                                                      output_dir)) from None
             logging.info("resuming from %s", latest)
     step = int(optimizer.iterations.numpy())
+    record = None  # a resumed run's changes, recorded after its first checkpoint
     if chief:
-        record_run(output_dir, problem_name, model_name, hparams, step, config.train_steps,
-                   vocabulary)
+        record = functools.partial(record_run, output_dir, problem_name, model_name, hparams,
+                                   step, config.train_steps, vocabulary)
+        if not (latest and saved_run(output_dir)):  # a new record: before the first step
+            record()
+            record = None
     steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
     if jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
@@ -397,8 +560,20 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max)
-        run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                 [NonFiniteLossGuard(output_dir), budget, monitor, *callbacks,
-                  CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps)],
-                 batches_per_update)
+        saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
+                                after_first_save=record, saved_step=step if latest else None)
+        first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
+        try:
+            run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
+                     [first_update, NonFiniteLossGuard(output_dir), budget, signal_stop,
+                      monitor, *callbacks, saver], batches_per_update)
+        finally:  # also when the first update fails
+            first_update.on_train_end()
+    if signal_stop.signal_number is not None:
+        name = signal.Signals(signal_stop.signal_number).name
+        path = tf.io.gfile.join(output_dir, f"{checkpoints.CHECKPOINT_NAME}-{saver.saved_step}")
+        done = (f"after step {saver.saved_step}: saved {path}" if saver.saved_step != step
+                else f"at step {step}, before any update: {path} holds it")
+        raise StoppedBySignal(f"stopped by {name} {done}; the same command resumes from it",
+                              signal_stop.signal_number)
     return model

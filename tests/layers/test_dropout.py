@@ -1,5 +1,5 @@
-"""Dropout with a 16-bit mask (§5.4): the rate, the inverted scale, its gradient, seeds, and a
-mask of each replica's own under tf.distribute."""
+"""Dropout with a 16-bit mask (§5.4): the rate, the inverted scale, its gradient, seeds, a mask
+of each replica's own under tf.distribute, and in training a mask of each batch's own."""
 import json
 import subprocess
 import sys
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers.dropout import Dropout, random_uint16, threshold_and_scale
+from t2t_lite.layers.dropout import (Dropout, masks_of_batch, random_uint16,
+                                    threshold_and_scale)
 
 
 def test_threshold_and_scale_by_hand():
@@ -131,3 +132,25 @@ def test_each_replica_draws_its_own_mask():
     single = np.array(results["one_replica"])
     plain = Dropout(0.5, seed=3)(tf.ones([4, 64]), training=True)
     np.testing.assert_array_equal(single, plain)  # one replica: Keras's seed, unchanged
+
+
+def test_in_training_a_mask_is_a_function_of_the_seed_and_the_batch_number():
+    """Within masks_of_batch (as TrainingSteps trains) the mask of batch 5 does not depend on
+    the masks drawn before it, as a resumed run draws none before its first batch; other
+    batches, and a second call in one batch, get other masks."""
+    x = np.ones((16, 64), "float32")
+
+    def mask(layer, batch, calls=1):
+        with masks_of_batch(tf.constant(batch, tf.int64)):
+            return [np.asarray(layer(x, training=True)) == 0 for _ in range(calls)]
+
+    went_on = Dropout(0.5, seed=7)
+    for batch in range(5):
+        mask(went_on, batch)
+    went_on(x, training=True)  # outside: Keras's SeedGenerator advances
+    resumed = Dropout(0.5, seed=7)
+    np.testing.assert_array_equal(mask(went_on, 5)[0], mask(resumed, 5)[0])
+    assert not np.array_equal(mask(resumed, 5)[0], mask(resumed, 6)[0])
+    first, second = mask(resumed, 5, calls=2)
+    assert not np.array_equal(first, second)
+    assert not np.array_equal(mask(Dropout(0.5, seed=8), 5)[0], mask(resumed, 5)[0])

@@ -1,0 +1,95 @@
+"""A run stopped at a checkpoint and resumed trains as the run that went on, dropout on: the
+same loss at every step after the resume and the same weights at the end, on one replica, with
+batches accumulated into each update, and on two replicas (MirroredStrategy over two logical
+CPUs). transformer_tiny's dropouts (0.1) are left on."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
+           "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=20")
+STEPS, STOP = 6, 3
+
+SCRIPT = textwrap.dedent("""
+    import json
+    import sys
+    import keras
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from t2t_lite import checkpoints, registry
+    from t2t_lite.training import trainer
+
+    data_dir, output_dir, hparams, steps, stop = sys.argv[1:6]
+    steps, stop = int(steps), int(stop)
+
+    class Losses(keras.callbacks.Callback):
+        # {step: the loss summed over that update's tokens}; logs sum over an epoch.
+
+        def __init__(self, into):
+            super().__init__()
+            self.into = into
+            self.summed = 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.summed = 0.0
+
+        def on_train_batch_end(self, batch, logs=None):
+            step = int(self.model.optimizer.iterations.numpy())
+            self.into[step] = float(logs["loss_sum"]) - self.summed
+            self.summed = float(logs["loss_sum"])
+
+    def train(folder, train_steps, devices, accumulate, losses):
+        overrides = hparams + f",optimizer_multistep_accumulate_steps={accumulate}"
+        config = trainer.RunConfig(train_steps=train_steps, eval_every=1, eval_steps=0,
+                                   save_checkpoints_steps=1, log_every_steps=100,
+                                   devices=devices)
+        keras.backend.clear_session()  # the names of a first run's variables, as in a new process
+        trainer.train("algorithmic_copy", "transformer",
+                      registry.hparams("transformer_tiny").override_from_string(overrides),
+                      data_dir, folder, config, [Losses(losses)])
+
+    def weights(folder):
+        reader = checkpoints.reader(f"{folder}/model.ckpt-{steps}")
+        return {key: reader.get_tensor(key).tolist()
+                for key in reader.get_variable_to_shape_map() if checkpoints.is_model_key(key)}
+
+    results = {}
+    for name, devices, accumulate in (("one replica", ("CPU:0",), 1),
+                                      ("two batches per update", ("CPU:0",), 2),
+                                      ("two replicas", ("CPU:0", "CPU:1"), 1)):
+        straight, resumed = {}, {}
+        train(f"{output_dir}/{name}/straight", steps, devices, accumulate, straight)
+        train(f"{output_dir}/{name}/resumed", stop, devices, accumulate, resumed)
+        train(f"{output_dir}/{name}/resumed", steps, devices, accumulate, resumed)
+        results[name] = {"straight": straight, "resumed": resumed,
+                         "weights": [weights(f"{output_dir}/{name}/{run}")
+                                     for run in ("straight", "resumed")]}
+    print("RESULT " + json.dumps(results))
+""")
+
+
+@pytest.fixture(scope="module")
+def runs(copy_task_data, tmp_path_factory):
+    data_dir = copy_task_data(2000, 20)
+    output_dir = tmp_path_factory.mktemp("exact_resume")
+    done = subprocess.run([sys.executable, "-c", SCRIPT, data_dir, str(output_dir), HPARAMS,
+                           str(STEPS), str(STOP)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.split("RESULT ", 1)[1])
+
+
+@pytest.mark.parametrize("name", ["one replica", "two batches per update", "two replicas"])
+def test_a_resumed_run_with_dropout_trains_as_the_uninterrupted_one(runs, name):
+    straight, resumed = runs[name]["straight"], runs[name]["resumed"]
+    assert sorted(int(step) for step in resumed) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        assert resumed[str(step)] == pytest.approx(straight[str(step)], rel=1e-5), step
+    first, second = runs[name]["weights"]
+    assert first.keys() == second.keys() and first
+    for key in first:
+        np.testing.assert_allclose(second[key], first[key], rtol=1e-5, atol=1e-6, err_msg=key)
