@@ -84,6 +84,7 @@ def test_a_second_signal_during_the_save_leaves_the_last_complete_checkpoint(
     hparams = registry.hparams("transformer_tiny").override_from_string(SMALL)
     output_dir = tmp_path / "run"
     config = trainer.RunConfig(train_steps=1, eval_steps=0, save_checkpoints_steps=1000)
+    keras.backend.clear_session()  # both runs name their variables as a new process does
     trainer.train("algorithmic_copy", "transformer", hparams, data_dir, str(output_dir), config)
 
     first = SignalAt(step=3)
