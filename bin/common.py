@@ -149,11 +149,12 @@ def check_inputs_reachable(*names: str):
             output_paths.check_reachable(path, f"--{name}={path}")
 
 
-def trained_run_from_flags():
-    """(problem name, model name, hparams) of the model in --output_dir: from the flags when
-    given, else from the hparams.json the trainer wrote there."""
+def trained_run_from_flags(run_dir: str = None):
+    """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
+    folder with the hparams.json of an exported model): from the flags when given, else from
+    the hparams.json the trainer wrote there."""
     from t2t_lite.run_description import saved_run
-    run = saved_run(FLAGS.output_dir)
+    run = saved_run(run_dir or FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
         raise FlagError("--problem is required (no hparams.json in --output_dir)")
