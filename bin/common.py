@@ -169,6 +169,15 @@ def trained_run_from_flags(run_dir: str = None):
     return problem, run.get("model", FLAGS.model), hparams
 
 
+def refuse_decode_hparams(names, reason: str):
+    """A FlagError when --decode_hparams sets any of `names`, which do not apply (`reason`)."""
+    given = [item.split("=")[0].strip() for item in FLAGS.decode_hparams.split(",")
+             if item.strip()]
+    refused = [name for name in given if name in names]
+    if refused:
+        raise FlagError(f"--decode_hparams: {', '.join(refused)} does not apply {reason}")
+
+
 def decode_hparams_from_flags():
     """(SearchHParams, TranslatorHParams) of --decode_hparams over their defaults, type-checked;
     each name goes to the settings that have it."""

@@ -45,6 +45,12 @@ def main(argv):
     from t2t_lite.serving import ctranslate2_export, export
     if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
         raise common.FlagError("--quantization applies to --format=ctranslate2 only")
+    if FLAGS.format == "ctranslate2":
+        if FLAGS.export_jit_compile or FLAGS.decode_hparams:
+            raise common.FlagError("--decode_hparams and --export_jit_compile apply to the "
+                                   "SavedModel: a CTranslate2 model takes its search settings "
+                                   "when it translates (t2t_lite-decoder --ctranslate2_model "
+                                   "--decode_hparams=...)")
     common.check_inputs_reachable("output_dir", "checkpoint_path", "data_dir")
     problem, model_name, hparams = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of

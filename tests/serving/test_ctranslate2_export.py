@@ -166,7 +166,7 @@ def test_an_existing_folder_is_kept_without_overwrite(exported_copy_model):
     assert os.path.getmtime(os.path.join(folder, "model.bin")) == before
 
 
-def test_the_decoder_refuses_a_checkpoint_flag_with_an_exported_model(exported_copy_model):
+def test_flags_that_do_not_apply_to_an_exported_model_are_refused(exported_copy_model):
     data_dir, output_dir, folder = exported_copy_model
     _, output = program("decoder", f"--data_dir={data_dir}", f"--ctranslate2_model={folder}",
                         f"--output_dir={output_dir}", expect_failure=True)
@@ -174,6 +174,14 @@ def test_the_decoder_refuses_a_checkpoint_flag_with_an_exported_model(exported_c
     _, output = program("decoder", f"--data_dir={data_dir}",
                         f"--ctranslate2_model={output_dir}", expect_failure=True)
     assert f"--ctranslate2_model={output_dir} is not a CTranslate2 model" in output
+    _, output = program("decoder", f"--data_dir={data_dir}", f"--ctranslate2_model={folder}",
+                        "--decode_hparams=beam_size=2,jit_compile=true", expect_failure=True)
+    assert "error: --decode_hparams: jit_compile does not apply with --ctranslate2_model" \
+        in output
+    _, output = program("exporter", "--format=ctranslate2", "--decode_hparams=beam_size=2",
+                        f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+                        f"--export_dir={folder}_2", expect_failure=True)
+    assert "error: --decode_hparams and --export_jit_compile apply to the SavedModel" in output
 
 
 def test_without_ctranslate2_the_export_is_one_error_naming_the_extra(trained_copy_model,
