@@ -15,6 +15,7 @@ output is scored by the same sacreBLEU call; ratios within each round stand besi
 """
 import collections
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -238,6 +239,7 @@ def export_ctranslate2(entries: dict, sources: list, setup: dict):
     decoder.write_lines(export["latency_source"], sources[:FLAGS.latency_sentences])
     for quantization in sorted({CONTESTANTS[name].compute_type for name in names}):
         model_dir, start = f"{folder}_{quantization}", time.time()
+        shutil.rmtree(model_dir, ignore_errors=True)  # replaced: an export of this run only
         print(f"exporting t2t_lite's model to CTranslate2 ({quantization}) in {model_dir}",
               flush=True)
         try:
@@ -245,8 +247,7 @@ def export_ctranslate2(entries: dict, sources: list, setup: dict):
                 sys.executable, "-m", "t2t_lite.bin.exporter", "--format=ctranslate2",
                 f"--quantization={quantization}", f"--data_dir={FLAGS.data_dir}",
                 f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={model_dir}",
-                f"--checkpoint_path={setup['t2t_lite_checkpoint']}", "--overwrite"],
-                model_dir + ".log")
+                f"--checkpoint_path={setup['t2t_lite_checkpoint']}"], model_dir + ".log")
         except harness.ChildFailed as error:
             drop(entries, [name for name in names if CONTESTANTS[name].compute_type ==
                            quantization], f"t2t_lite-exporter --format=ctranslate2 failed: {error}")
