@@ -149,11 +149,12 @@ def check_inputs_reachable(*names: str):
             output_paths.check_reachable(path, f"--{name}={path}")
 
 
-def trained_run_from_flags():
-    """(problem name, model name, hparams) of the model in --output_dir: from the flags when
-    given, else from the hparams.json the trainer wrote there."""
+def trained_run_from_flags(run_dir: str = None):
+    """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
+    folder with the hparams.json of an exported model): from the flags when given, else from
+    the hparams.json the trainer wrote there."""
     from t2t_lite.run_description import saved_run
-    run = saved_run(FLAGS.output_dir)
+    run = saved_run(run_dir or FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
         raise FlagError("--problem is required (no hparams.json in --output_dir)")
@@ -166,6 +167,15 @@ def trained_run_from_flags():
         if FLAGS.hparams:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
             hparams = hparams.override_from_string(FLAGS.hparams)
     return problem, run.get("model", FLAGS.model), hparams
+
+
+def refuse_decode_hparams(names, reason: str):
+    """A FlagError when --decode_hparams sets any of `names`, which do not apply (`reason`)."""
+    given = [item.split("=")[0].strip() for item in FLAGS.decode_hparams.split(",")
+             if item.strip()]
+    refused = [name for name in given if name in names]
+    if refused:
+        raise FlagError(f"--decode_hparams: {', '.join(refused)} does not apply {reason}")
 
 
 def decode_hparams_from_flags():

@@ -3,7 +3,11 @@
   t2t_lite-decoder --problem=algorithmic_copy --data_dir=D --output_dir=O \
       --decode_from_file=IN --decode_to_file=OUT --score_reference=REF
 
+  t2t_lite-decoder --ctranslate2_model=E --data_dir=D --decode_from_file=IN ...
+
 The model and hparams default to those the trainer recorded in --output_dir. With
+--ctranslate2_model, CTranslate2 searches with a folder of t2t_lite-exporter
+--format=ctranslate2 instead (its hparams.json stands for --output_dir's). With
 --attention_dir it also draws the attention of the first --attention_sentences lines and their
 translations (t2t_lite.visualize).
 """
@@ -28,17 +32,35 @@ def define_flags():
                         "translations here; needs --decode_from_file and --decode_to_file.")
     flags.DEFINE_integer("attention_sentences", 5, "How many sentences --attention_dir draws.",
                          lower_bound=1)
-    flags.mark_flags_as_required(["data_dir", "output_dir"])
+    flags.DEFINE_string("ctranslate2_model", None,
+                        "Translate with this CTranslate2 model folder (t2t_lite-exporter "
+                        "--format=ctranslate2) instead of a checkpoint of --output_dir; "
+                        "--decode_hparams' beam_size, alpha (CTranslate2's length_penalty), "
+                        "extra_length, batch_size and parallel_batches (its inter_threads) "
+                        "apply.")
+    flags.mark_flags_as_required(["data_dir"])
 
 
 def main(argv):
     from t2t_lite.decoding import decoder
     common.check_inputs_reachable("decode_from_file", "score_reference", "output_dir",
-                                  "checkpoint_path", "data_dir")
+                                  "checkpoint_path", "data_dir", "ctranslate2_model")
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
                                "(it draws the first input lines with their translations)")
-    problem, model_name, hparams = common.trained_run_from_flags()
+    if FLAGS.ctranslate2_model:
+        for name in ("output_dir", "checkpoint_path", "attention_dir"):
+            if FLAGS[name].value:
+                raise common.FlagError(f"--{name} does not go with --ctranslate2_model (the "
+                                       "folder holds the model it was exported from)")
+        common.refuse_decode_hparams(
+            ("use_cache", "jit_compile", "stop_after_finished"),
+            "with --ctranslate2_model (CTranslate2 runs its own search: beam_size, alpha, "
+            "extra_length, batch_size and parallel_batches apply)")
+    elif not FLAGS.output_dir:
+        raise common.FlagError("--output_dir (a trained model) or --ctranslate2_model (an "
+                               "exported one) is required")
+    problem, model_name, hparams = common.trained_run_from_flags(FLAGS.ctranslate2_model)
     search_hparams, translator_hparams = common.decode_hparams_from_flags()
     decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.decode_from_file, FLAGS.decode_to_file,
@@ -46,7 +68,8 @@ def main(argv):
                              FLAGS.checkpoint_path, FLAGS.attention_dir,
                              FLAGS.attention_sentences,
                              thread_pools=(FLAGS.intra_op_parallelism_threads,
-                                           FLAGS.inter_op_parallelism_threads))
+                                           FLAGS.inter_op_parallelism_threads),
+                             ctranslate2_model=FLAGS.ctranslate2_model)
 
 
 def run():

@@ -1,12 +1,16 @@
 """t2t_lite-exporter: a SavedModel that translates raw text, for TensorFlow Serving
-(t2t-exporter, with the vocabulary and the search inside the graph).
+(t2t-exporter, with the vocabulary and the search inside the graph), or a CTranslate2 model.
 
   t2t_lite-exporter --data_dir=D --output_dir=O --export_dir=E [--checkpoint_path=C] \
       [--decode_hparams="beam_size=4,alpha=0.6,extra_length=50"]
+  t2t_lite-exporter --format=ctranslate2 [--quantization=int8] --data_dir=D --output_dir=O \
+      --export_dir=E [--checkpoint_path=C]
 
 The model and hparams default to those the trainer recorded in --output_dir. The SavedModel's
 "serving_default" signature takes "inputs" (strings) and returns "outputs" (strings) and
-"scores"; loading it needs `import tensorflow_text`.
+"scores"; loading it needs `import tensorflow_text`. The CTranslate2 folder (docs/serving.md)
+needs only `ctranslate2` (and `sentencepiece` for the tokens); the search settings are given
+when translating with it, not here.
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
@@ -25,13 +29,28 @@ def define_flags():
                       "Compile the search with XLA in the SavedModel (the server must support "
                       "XLA; off by default for portability).")
     flags.DEFINE_bool("overwrite", False, "Replace a non-empty --export_dir.")
+    flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+                      "saved_model: for TensorFlow Serving; ctranslate2: a CTranslate2 model "
+                      "folder (needs the extra: pip install 't2t_lite[ctranslate2]').")
+    flags.DEFINE_enum("quantization", "int8", ["int8", "int8_float32", "int16", "bfloat16",
+                                               "float32"],
+                      "With --format=ctranslate2: the weights' type (CTranslate2's names; int8 "
+                      "is what its CPU users run).")
     flags.mark_flags_as_required(["data_dir", "output_dir", "export_dir"])
 
 
 def main(argv):
     from t2t_lite import output_paths
     from t2t_lite.output_lock import OutputLock
-    from t2t_lite.serving import export
+    from t2t_lite.serving import ctranslate2_export, export
+    if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
+        raise common.FlagError("--quantization applies to --format=ctranslate2 only")
+    if FLAGS.format == "ctranslate2":
+        if FLAGS.export_jit_compile or FLAGS.decode_hparams:
+            raise common.FlagError("--decode_hparams and --export_jit_compile apply to the "
+                                   "SavedModel: a CTranslate2 model takes its search settings "
+                                   "when it translates (t2t_lite-decoder --ctranslate2_model "
+                                   "--decode_hparams=...)")
     common.check_inputs_reachable("output_dir", "checkpoint_path", "data_dir")
     problem, model_name, hparams = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
@@ -43,12 +62,21 @@ def main(argv):
     # before a failure removes the folders made for it.
     with output_paths.removed_on_failure(created), \
             OutputLock.beside(export_dir, f"write --export_dir={export_dir}"):
-        checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
-                                   FLAGS.output_dir, export_dir, search_hparams,
-                                   FLAGS.checkpoint_path, FLAGS.export_jit_compile,
-                                   FLAGS.overwrite)
+        if FLAGS.format == "ctranslate2":
+            checkpoint = ctranslate2_export.export_ctranslate2(
+                problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir, export_dir,
+                FLAGS.quantization, FLAGS.checkpoint_path, FLAGS.overwrite)
+        else:
+            checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
+                                       FLAGS.output_dir, export_dir, search_hparams,
+                                       FLAGS.checkpoint_path, FLAGS.export_jit_compile,
+                                       FLAGS.overwrite)
     print(f"exported {checkpoint} to {FLAGS.export_dir}")
-    print(f"inspect with: saved_model_cli show --dir {FLAGS.export_dir} --all")
+    if FLAGS.format == "ctranslate2":
+        print(f"translate with: t2t_lite-decoder --ctranslate2_model={FLAGS.export_dir} "
+              f"--data_dir={FLAGS.data_dir} ...")
+    else:
+        print(f"inspect with: saved_model_cli show --dir {FLAGS.export_dir} --all")
 
 
 def run():

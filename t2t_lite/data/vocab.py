@@ -10,6 +10,9 @@ import sentencepiece
 PAD_ID = 0
 EOS_ID = 1
 NUM_RESERVED_IDS = 2
+# The reserved ids' tokens where a vocabulary is a list of strings (SentencePiece's names).
+PAD_TOKEN = "<pad>"
+EOS_TOKEN = "</s>"
 # Which training sentences are sampled when there are more than max_sentences: fixed, so that
 # the same corpus gives a byte-identical model in every datagen run.
 SAMPLE_SEED = 1
@@ -31,6 +34,18 @@ class SymbolVocabulary:
     @property
     def vocab_size(self) -> int:
         return self.num_symbols + NUM_RESERVED_IDS
+
+    @property
+    def tokens(self) -> list:
+        """The token of every id, in id order, as text splits on spaces: PAD_TOKEN, EOS_TOKEN,
+        then the symbols "1".."num_symbols" (for a model outside t2t_lite, e.g. CTranslate2)."""
+        return [PAD_TOKEN, EOS_TOKEN] + [str(k) for k in range(1, self.num_symbols + 1)]
+
+    @property
+    def unknown_token(self) -> str:
+        """The token an unknown word becomes: none here (encode refuses it); PAD's token stands
+        in where one must be named."""
+        return PAD_TOKEN
 
     def encode(self, text: str) -> list:
         ids = []
@@ -137,6 +152,17 @@ class SentencePieceVocabulary:
     @property
     def vocab_size(self) -> int:
         return self.processor.get_piece_size()
+
+    @property
+    def tokens(self) -> list:
+        """The piece of every id, in id order ("<pad>", "</s>", "<unk>", then the model's), as
+        `sentencepiece`'s encode(..., out_type=str) gives them."""
+        return [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+
+    @property
+    def unknown_token(self) -> str:
+        """The piece of an unknown character without byte fallback ("<unk>")."""
+        return self.processor.id_to_piece(self.processor.unk_id())
 
     @staticmethod
     def min_pieces(text: str) -> int:

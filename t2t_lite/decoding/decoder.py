@@ -29,6 +29,7 @@ from t2t_lite.atomic_files import atomic_write
 from t2t_lite.data import text_files
 from t2t_lite.data.problem import DataError
 from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.decoding.ctranslate2_translator import CTranslate2Search
 from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
 from t2t_lite.models.building import build_model
@@ -166,7 +167,7 @@ class Translator:
 
     def __init__(self, model, encoders: dict, search_hparams: SearchHParams = None,
                  max_input_length: int = None, source_name: str = "input",
-                 translator_hparams: TranslatorHParams = None):
+                 translator_hparams: TranslatorHParams = None, search_rows=None):
         self.model = model
         self.encoders = encoders
         self.search_hparams = search_hparams or SearchHParams()
@@ -178,10 +179,24 @@ class Translator:
         self._search = tf.function(self._search_batch,
                                    jit_compile=self.translator_hparams.jit_compile,
                                    input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        # rows of source ids -> (output ids, scores) per row: the model's search, or another
+        # engine's over the same model (ctranslate2_translator.CTranslate2Search).
+        self.search_rows = search_rows or self._search_padded
 
     def _search_batch(self, inputs):
         return search(self.model, inputs, self.search_hparams,
                       fixed_shapes=self.translator_hparams.jit_compile)
+
+    def _search_padded(self, rows: list):
+        """The model's search of source id rows, padded into one batch."""
+        length = max(map(len, rows))
+        if self.translator_hparams.jit_compile:  # few shapes, few compilations
+            batch_size = self.translator_hparams.batch_size
+            rows = rows + [[EOS_ID]] * (batch_size - len(rows))
+            length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
+        batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
+        ids, batch_scores = self._search(tf.constant(batch, tf.int32))
+        return ids.numpy(), batch_scores.numpy()
 
     def encode(self, number: int, line: str):
         """Source ids ending with EOS, or None for a line that gets an empty translation."""
@@ -232,14 +247,7 @@ class Translator:
         outputs, scores = [""] * len(lines), [None] * len(lines)
 
         def search_batch(indices):
-            rows = [encoded[i] for i in indices]
-            length = max(map(len, rows))
-            if self.translator_hparams.jit_compile:  # few shapes, few compilations
-                rows += [[EOS_ID]] * (batch_size - len(rows))
-                length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
-            batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
-            ids, batch_scores = self._search(tf.constant(batch, tf.int32))
-            return indices, ids.numpy(), batch_scores.numpy()
+            return (indices,) + tuple(self.search_rows([encoded[i] for i in indices]))
 
         threads = min(self.parallel_batches, max(len(batches), 1))
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
@@ -253,7 +261,7 @@ class Translator:
                     for indices, ids, batch_scores in itertools.islice(searched,
                                                                        len(window_batches)):
                         for index, row, row_score in zip(indices, ids, batch_scores):
-                            outputs[index] = self.encoders["targets"].decode(row.tolist())
+                            outputs[index] = self.encoders["targets"].decode([int(i) for i in row])
                             scores[index] = float(row_score)
                         bar.update(len(indices))
                     yield first, outputs[first:end], scores[first:end]
@@ -400,14 +408,18 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      reference: str = None, search_hparams: SearchHParams = SearchHParams(),
                      translator_hparams: TranslatorHParams = TranslatorHParams(),
                      checkpoint_path: str = None, attention_dir: str = None,
-                     attention_sentences: int = 5, thread_pools: tuple = None):
+                     attention_sentences: int = 5, thread_pools: tuple = None,
+                     ctranslate2_model: str = None):
     """Translates every line of `decode_from` into `decode_to` as it goes
     (write_translations); with `attention_dir`, draws the attention of the first
     `attention_sentences` lines and their translations there (t2t_lite.visualize); with
     `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
     0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
     caller must not have run a TensorFlow operation yet. A data_dir whose vocabulary is not
-    the one output_dir's hparams.json records is a VocabularyError before any work."""
+    the one output_dir's hparams.json records is a VocabularyError before any work. With
+    `ctranslate2_model` (a folder of t2t_lite-exporter --format=ctranslate2) CTranslate2
+    searches instead of the checkpoint's model (ctranslate2_translator), its hparams.json
+    standing for output_dir's; attention pictures need the model itself."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
     lines = read_sentences(decode_from)
@@ -417,7 +429,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")
-    checked_vocabulary(output_dir, problem, data_dir)
+    checked_vocabulary(ctranslate2_model or output_dir, problem, data_dir)
     created = []  # folders made for the outputs, removed again if the decoding fails
     if decode_to is not None:
         created += output_paths.prepare_output_file(decode_to, "decode_to_file")
@@ -425,10 +437,17 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
         created += output_paths.prepare_output_folder(attention_dir, "attention_dir")
     with output_paths.removed_on_failure(created):
         encoders = problem.feature_encoders(data_dir)
-        model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
-                           checkpoint_path)
+        if ctranslate2_model:
+            model = None
+            search_rows = CTranslate2Search(
+                ctranslate2_model, encoders["targets"].tokens, search_hparams,
+                parallel_batches_for(translator_hparams), (thread_pools or (0,))[0])
+        else:
+            model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
+                               checkpoint_path)
+            search_rows = None
         translator = Translator(model, encoders, search_hparams, problem.max_length,
-                                decode_from or "stdin", translator_hparams)
+                                decode_from or "stdin", translator_hparams, search_rows)
         outputs = write_translations(translator, lines, decode_to)
         if attention_dir:
             from t2t_lite import visualize  # matplotlib only when pictures are asked for

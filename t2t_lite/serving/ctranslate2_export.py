@@ -1,0 +1,227 @@
+"""A trained model as a CTranslate2 model folder (`t2t_lite-exporter --format=ctranslate2`).
+
+CTranslate2 serves the Transformer of OpenNMT-tf, eole and Marian from a folder its converters
+write; this module is t2t_lite's converter, built, as theirs are, on CTranslate2's own
+specification classes (`ctranslate2.specs.TransformerSpec`): the spec validates the weights'
+names and shapes, quantizes them and writes `model.bin`, `config.json` and the vocabulary.
+
+How t2t_lite's Transformer maps onto the spec:
+
+    t2t_lite (models/transformer.py)           CTranslate2 TransformerSpec
+    ---------------------------------------    -----------------------------------------------
+    "n" / "da" (pre-norm) + final norms        pre_norm=True, encoder/decoder.layer_norm
+    "none" / "dan" (the paper's post-norm)     pre_norm=False, no final norm
+    dropout ("d")                              (inference: nothing)
+    norm_epsilon                               config.layer_norm_epsilon
+    embedding * sqrt(d)                        scale_embeddings (the spec's default)
+    timing signal ("concat" sin|cos or the     position_encodings.encodings, the table itself
+      paper's "interleaved")                     (POSITIONS rows, timing_signal's values)
+    q, k, v, output projections, no bias       linear[0] = [q; k; v] (self), linear[0] = q and
+                                                 linear[1] = [k; v] (encoder-decoder), last = out
+    queries * depth_per_head^-0.5              the spec's default query scale
+    feed-forward relu with biases              ffn.linear_0, ffn.linear_1, Activation.RELU
+    decoder input at position 0: PAD, whose    decoder.start_from_zero_embedding (as Marian's
+      embedding is zeroed (t2t's shift_right)    converter), decoder_start_token = PAD's token
+    shared embedding and softmax weights       the same matrix in every role (CTranslate2 then
+                                                 stores it once)
+    source EOS appended                        config.add_source_eos, eos_token = EOS's token
+
+Keras kernels are [in, out]; CTranslate2's linear weights are [out, in] (transposed here).
+Only the sublayer sequences can ask for something CTranslate2 has no layout for (a norm after
+the residual and before the sublayer, say): `unrepresentable` names them and the export is
+refused before anything is written.
+
+Length limits: the position table has POSITIONS rows, so an input (EOS included) and an output
+may each be up to POSITIONS tokens; t2t_lite-decoder --ctranslate2_model keeps to the problem's
+max_length and extra_length within it.
+"""
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import atomic_files, checkpoints, registry
+from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.decoding import decoder
+from t2t_lite.decoding.ctranslate2_translator import (
+    EXPORT_RECORD, SENTENCEPIECE_MODEL, import_ctranslate2)
+from t2t_lite.errors import UserError
+from t2t_lite.layers.timing_signal import timing_signal
+from t2t_lite.run_description import checked_vocabulary, save_run_description
+from t2t_lite.serving.export import check_export_dir
+from t2t_lite.storage_errors import reported_full_storage
+
+# CTranslate2's names (ctranslate2.specs' optimize), the first its CPU users' choice: int8
+# weights and products, the rest in float32 (int8 and int8_float32 are the same on a CPU).
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "bfloat16", "float32")
+# Rows of the position table: the longest input (EOS included) and output the folder serves.
+POSITIONS = 1024
+# (layer_preprocess_sequence, layer_postprocess_sequence) without dropout -> pre_norm.
+NORM_LAYOUTS = {("n", "a"): True, ("", "an"): False}
+
+
+class CTranslate2ExportError(UserError, ValueError):
+    """The model has a setting CTranslate2 cannot represent, or the quantization is unknown."""
+
+
+def unrepresentable(hparams) -> list:
+    """The hparams settings CTranslate2's TransformerSpec has no layout for, each as
+    "name=value (why)"; [] when the model converts."""
+    def without_dropout(sequence):
+        return "" if sequence == "none" else sequence.replace("d", "")
+
+    layout = (without_dropout(hparams.layer_preprocess_sequence),
+              without_dropout(hparams.layer_postprocess_sequence))
+    if layout in NORM_LAYOUTS:
+        return []
+    return [f"layer_preprocess_sequence={hparams.layer_preprocess_sequence!r} with "
+            f"layer_postprocess_sequence={hparams.layer_postprocess_sequence!r} (CTranslate2 "
+            f"has pre-norm \"n\"/\"da\" and post-norm \"none\"/\"dan\" only)"]
+
+
+def _transposed(variable):
+    return np.ascontiguousarray(np.transpose(np.asarray(variable, np.float32)))
+
+
+def _set_norm(spec, process):
+    """spec (a LayerNormSpec) <- the one layer norm of a t2t process sequence."""
+    norm, = process.norms
+    spec.gamma = np.asarray(norm.gamma, np.float32)
+    spec.beta = np.asarray(norm.beta, np.float32)
+
+
+def _set_dense(spec, dense):
+    spec.weight = _transposed(dense.kernel)
+    if dense.bias is not None:
+        spec.bias = np.asarray(dense.bias, np.float32)
+
+
+def _set_attention(spec, attention, connection, pre_norm, self_attention):
+    _set_norm(spec.layer_norm, connection.pre if pre_norm else connection.post)
+    query, key, value = (_transposed(dense.kernel) for dense in (
+        attention.query_dense, attention.key_dense, attention.value_dense))
+    if self_attention:
+        spec.linear[0].weight = np.concatenate([query, key, value])
+    else:
+        spec.linear[0].weight = query
+        spec.linear[1].weight = np.concatenate([key, value])
+    _set_dense(spec.linear[-1], attention.output_dense)
+
+
+def _set_feed_forward(spec, layer, pre_norm):
+    connection = layer.feed_forward_connection
+    _set_norm(spec.layer_norm, connection.pre if pre_norm else connection.post)
+    _set_dense(spec.linear_0, layer.feed_forward.filter_dense)
+    _set_dense(spec.linear_1, layer.feed_forward.output_dense)
+
+
+def _set_stack(spec, embedding, final, layers, pre_norm, timing_signal_table):
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = np.asarray(embedding.embeddings, np.float32)
+    spec.scale_embeddings = True
+    spec.position_encodings.encodings = timing_signal_table
+    if pre_norm:
+        _set_norm(spec.layer_norm, final)
+
+
+def model_spec(model, tokens: dict, unknown_token: str):
+    """The TransformerSpec of a t2t_lite Transformer (float32 weights), its vocabularies
+    `tokens` {"inputs": [...], "targets": [...]} (vocabulary.tokens) registered, with
+    `unknown_token` (vocabulary.unknown_token) as what CTranslate2 maps unknown tokens to."""
+    import_ctranslate2()
+    from ctranslate2.specs import transformer_spec
+    hp = model.hparams
+    pre_norm = NORM_LAYOUTS[tuple("" if s == "none" else s.replace("d", "") for s in (
+        hp.layer_preprocess_sequence, hp.layer_postprocess_sequence))]
+    spec = transformer_spec.TransformerSpec.from_config(
+        (hp.encoder_layers, hp.decoder_layers), hp.num_heads, pre_norm=pre_norm)
+    table = np.asarray(timing_signal(POSITIONS, hp.hidden_size, hp.timing_signal), np.float32)
+    _set_stack(spec.encoder, model.source_embedding, model.encoder_final, model.encoder_stack,
+               pre_norm, table)
+    _set_stack(spec.decoder, model.target_embedding, model.decoder_final, model.decoder_stack,
+               pre_norm, table)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder_stack):
+        _set_attention(layer_spec.self_attention, layer.self_attention,
+                       layer.self_attention_connection, pre_norm, self_attention=True)
+        _set_feed_forward(layer_spec.ffn, layer, pre_norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder_stack):
+        _set_attention(layer_spec.self_attention, layer.self_attention,
+                       layer.self_attention_connection, pre_norm, self_attention=True)
+        _set_attention(layer_spec.attention, layer.encoder_decoder_attention,
+                       layer.encoder_decoder_connection, pre_norm, self_attention=False)
+        _set_feed_forward(layer_spec.ffn, layer, pre_norm)
+    # t2t's shift_right starts the decoder from PAD, whose embedding TokenEmbedding zeroes.
+    spec.decoder.start_from_zero_embedding = True
+    spec.decoder.projection.weight = np.asarray(model.softmax_embedding.embeddings, np.float32)
+    target_tokens = tokens["targets"]
+    spec.register_source_vocabulary(tokens["inputs"])
+    spec.register_target_vocabulary(target_tokens)
+    spec.config.add_source_eos = True
+    spec.config.eos_token = target_tokens[EOS_ID]
+    spec.config.decoder_start_token = target_tokens[PAD_ID]
+    spec.config.bos_token = target_tokens[PAD_ID]  # t2t has none; the start symbol stands in
+    spec.config.unk_token = unknown_token
+    spec.config.layer_norm_epsilon = hp.norm_epsilon
+    return spec
+
+
+def export_ctranslate2(problem_name: str, model_name: str, hparams, data_dir: str,
+                       output_dir: str, export_dir: str, quantization: str = "int8",
+                       checkpoint_path: str = None, overwrite: bool = False) -> str:
+    """Exports the checkpoint (default: the latest in output_dir) as a CTranslate2 model folder
+    quantized as `quantization`: model.bin, config.json and the vocabulary that CTranslate2
+    writes, SENTENCEPIECE_MODEL for a SentencePiece problem (what a client tokenizes with), and
+    hparams.json with the vocabulary's record. Written under a temporary name and renamed when
+    complete, as the SavedModel is (export.save_atomically). Returns the checkpoint path."""
+    if quantization not in QUANTIZATIONS:
+        raise CTranslate2ExportError(f"--quantization={quantization}: expected one of "
+                                     f"{', '.join(QUANTIZATIONS)} (CTranslate2's names)")
+    refused = unrepresentable(hparams)
+    if refused:
+        raise CTranslate2ExportError("CTranslate2 cannot represent this model's "
+                                     + "; ".join(refused))
+    import_ctranslate2()  # one error naming the extra, before any work
+    check_export_dir(export_dir, overwrite)
+    problem = registry.problem(problem_name)
+    vocabulary_record = checked_vocabulary(output_dir, problem, data_dir)
+    encoders = problem.feature_encoders(data_dir)
+    checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
+    # The spec takes float32 values and quantizes them itself, whatever the model trained in.
+    model = decoder.load_model(model_name, hparams.replace(mixed_precision="float32"),
+                               problem.vocab_size(data_dir), output_dir, checkpoint_path)
+    write_folder(model, encoders, export_dir, quantization, export_record={
+        "checkpoint": checkpoint_path, "quantization": quantization},
+        write_extras=lambda folder: save_run_description(folder, problem_name, model_name,
+                                                         hparams, vocabulary_record))
+    logging.info("exported %s to %s as a CTranslate2 model (%s)", checkpoint_path, export_dir,
+                 quantization)
+    return checkpoint_path
+
+
+def write_folder(model, encoders: dict, export_dir: str, quantization: str,
+                 export_record: dict = None, write_extras=None):
+    """Writes the CTranslate2 folder of `model` (float32 weights) with the vocabularies
+    `encoders` {"inputs", "targets"} to export_dir, under a temporary name renamed when
+    complete: model.bin, config.json, CTranslate2's vocabulary file, SENTENCEPIECE_MODEL for a
+    SentencePiece vocabulary, EXPORT_RECORD (`export_record` and max_positions), and what
+    `write_extras(folder)` adds."""
+    spec = model_spec(model, {name: vocabulary.tokens for name, vocabulary in encoders.items()},
+                      encoders["inputs"].unknown_token)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with reported_full_storage(export_dir, "export_dir"), \
+            atomic_files.atomic_folder(export_dir) as temporary:
+        os.makedirs(temporary, exist_ok=True)  # CTranslate2 writes into a folder that exists
+        spec.save(temporary)
+        model_paths = {getattr(vocabulary, "model_path", None) for vocabulary in encoders.values()}
+        model_paths.discard(None)
+        if model_paths:
+            model_path, = model_paths  # t2t_lite's SentencePiece problems share one model
+            tf.io.gfile.copy(model_path, os.path.join(temporary, SENTENCEPIECE_MODEL))
+        if write_extras:
+            write_extras(temporary)
+        with open(os.path.join(temporary, EXPORT_RECORD), "w", encoding="utf-8") as handle:
+            json.dump({**(export_record or {}), "quantization": quantization,
+                       "max_positions": POSITIONS}, handle, indent=2)
