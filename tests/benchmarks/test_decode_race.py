@@ -184,3 +184,45 @@ def test_onmt_main_thread_flags_as_given():
                                             "inter_op_parallelism_threads": 1}
     assert decode.thread_settings(["infer"]) == {"intra_op_parallelism_threads": 0,
                                                  "inter_op_parallelism_threads": 0}
+
+
+RATIO_PAIRS_PROBE = """
+import json, sys
+sys.argv = ["decode_speed.py"]
+import decode_speed
+names = ["t2t_lite_decoder", "t2t_lite_saved_model", "t2t_lite_ctranslate2_float32",
+         "t2t_lite_ctranslate2_int8", "ctranslate2", "ctranslate2_4_float32",
+         "ctranslate2_4_int8", "ctranslate2_eole_4_int8"]
+entries = {name: {"name": name, "summary": {"peak_rss_mb": 240.0, "load_seconds": 0.7}}
+           for name in ("t2t_lite_ctranslate2_int8", "t2t_lite_decoder")}
+print("PROBE " + json.dumps({"pairs": decode_speed.ratio_pairs(names),
+                             "limits": decode_speed.limit_targets(entries)}))
+"""
+
+
+def test_the_ctranslate2_export_races_the_same_engine_against_issue_45s_targets():
+    """decode_speed.py (it imports TensorFlow and defines flags, so in a process of its own):
+    t2t_lite's CTranslate2 export against the peers' CTranslate2 4.x rows of its compute type
+    only (0.95 against OpenNMT-tf's model, none against eole's), the decoder and SavedModel
+    against every peer row (0.8 of CTranslate2 4.x float32), and the export's peak memory and
+    load time against 250 MB and 0.5 s."""
+    import subprocess
+    output = subprocess.run([sys.executable, "-c", RATIO_PAIRS_PROBE], cwd=BENCHMARKS,
+                            capture_output=True, text=True, check=True).stdout
+    probe = json.loads(output.split("PROBE ", 1)[1])
+    pairs = {(ours, theirs): target for ours, theirs, target in probe["pairs"]}
+    export_pairs = {pair: target for pair, target in pairs.items()
+                    if pair[0].startswith("t2t_lite_ctranslate2")}
+    assert export_pairs == {
+        ("t2t_lite_ctranslate2_float32", "ctranslate2_4_float32"): 0.95,
+        ("t2t_lite_ctranslate2_int8", "ctranslate2_4_int8"): 0.95,
+        ("t2t_lite_ctranslate2_int8", "ctranslate2_eole_4_int8"): None}
+    for ours in ("t2t_lite_decoder", "t2t_lite_saved_model"):
+        assert pairs[(ours, "ctranslate2_4_float32")] == 0.8
+        assert pairs[(ours, "ctranslate2_4_int8")] is None
+        assert not any(pair == (ours, theirs) for pair in pairs
+                       for theirs in ("t2t_lite_ctranslate2_float32", "t2t_lite_ctranslate2_int8"))
+    assert [(limit["contestant"], limit["key"], limit["limit"], limit["met"])
+            for limit in probe["limits"]] == [
+        ("t2t_lite_ctranslate2_int8", "peak_rss_mb", 250, True),
+        ("t2t_lite_ctranslate2_int8", "load_seconds", 0.5, False)]
