@@ -46,7 +46,7 @@ eole_decode = harness.peer_module("eole/decode.py")  # eole predict's command
 # (stop_after_finished = beam size), CTranslate2's runtime ("peer": 3.24 in OpenNMT-tf's
 # environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32;
 # t2t_lite's model is exported by t2t_lite-exporter --format=ctranslate2 in that quantization),
-# t2t_lite's hparams.mixed_precision (None: the model's own, float32).
+# t2t_lite's hparams.mixed_precision (None: the model's own as its hparams.json records it).
 Contestant = collections.namedtuple("Contestant", [
     "label", "model", "runs", "jit_compile", "use_cache", "ct2_stop", "runtime", "compute_type",
     "mixed_precision"], defaults=[False, True, False, None, None, None])
@@ -66,9 +66,9 @@ CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label,
      {"ct2_stop": True}),
     ("t2t_lite_saved_model_ct2_stop", "t2t_lite SavedModel (CT2's stop)", "t2t_lite",
      "saved_model", {"ct2_stop": True}),
-    *((f"t2t_lite_{runs}_bfloat16", f"t2t_lite {label} bfloat16", "t2t_lite", runs,
-       {"mixed_precision": "bfloat16"}) for runs, label in (("decoder", "decoder"),
-                                                            ("saved_model", "SavedModel"))),
+    *((f"t2t_lite_{runs}_{precision}", f"t2t_lite {label} {precision}", "t2t_lite", runs,
+       {"mixed_precision": precision}) for precision in ("bfloat16", "float32")
+      for runs, label in (("decoder", "decoder"), ("saved_model", "SavedModel"))),
     ("onmt_infer", "onmt-main infer", "opennmt_tf", "onmt_infer", {}),
     ("eole_predict", f"eole {eole_peer.EOLE_VERSION} predict", "eole", "eole_predict", {}),
     *((name, f"CTranslate2 {CT2_VERSIONS[runtime]} {compute_type}" + CT2_MODEL_LABELS[model],
@@ -93,6 +93,9 @@ CT2_PAIR_TARGET = 0.95
 CT2_LIMITS = {"peak_rss_mb": 250, "load_seconds": 0.5}
 BFLOAT16 = {"t2t_lite_decoder_bfloat16": (CACHED, 1.3),
             "t2t_lite_saved_model_bfloat16": ("t2t_lite_saved_model", 1.3)}  # over float32
+# Forced float32, for a model whose recorded mixed_precision is bfloat16 (trained with auto on
+# a CPU with bfloat16 instructions): only when --contestants names them.
+FLOAT32 = ("t2t_lite_decoder_float32", "t2t_lite_saved_model_float32")
 # --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow 2.13's
 # default for the CPU; it reads any other value, the empty one included, as that default).
 PEER_ONEDNN = {"default": None, "on": "1", "off": "0"}
@@ -561,7 +564,9 @@ def print_tables(result: dict):
           "loading, tracing or compiling included); load s: to the model loaded; target tokens: "
           "the output's SentencePiece pieces + end of sentence; peak MB: the process's peak "
           f"resident memory; latency: median of the first {FLAGS.latency_sentences} sentences "
-          "each alone" + "".join(f"; {k}: {v}" for k, v in versions.items()) + "\n")
+          "each alone; t2t_lite's decoder and SavedModel without a precision in their label: "
+          f"the model's recorded mixed_precision, {result['t2t_lite_mixed_precision']}"
+          + "".join(f"; {k}: {v}" for k, v in versions.items()) + "\n")
     if result["ratios"]:
         print(harness.table(["sentences/s ratio, same round", "median", "min", "max", "target",
                              "met", "tok/s", "e2e", "BLEU", "per round  "], [
@@ -591,7 +596,8 @@ def print_tables(result: dict):
 def main(unused_argv):
     bfloat16 = cpu_tuning.multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
     names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
-        bfloat16 or name not in BFLOAT16)] if FLAGS.compare else [CACHED, UNCACHED])
+        bfloat16 or name not in BFLOAT16) and name not in FLOAT32] if FLAGS.compare
+        else [CACHED, UNCACHED])
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     os.makedirs(FLAGS.work_dir, exist_ok=True)
@@ -631,6 +637,8 @@ def main(unused_argv):
                           "ctranslate2": peer.ctranslate2_threads(
                               FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches)},
               "machine": harness.machine(), "t2t_lite_checkpoint": setup["t2t_lite_checkpoint"],
+              "t2t_lite_mixed_precision": saved_run(FLAGS.t2t_lite_dir)[
+                  "hparams"].mixed_precision,
               "peer_checkpoint": setup.get("checkpoint"),
               "peer_length_bucket_width": setup.get("length_bucket_width"),
               "peer_max_decoding_length": setup.get("max_decoding_length"),
