@@ -1,18 +1,21 @@
 """Decoding speed on Multi30k test_2016_flickr in alternating rounds: t2t_lite's decoder with and
-without its cache, or (--compare) t2t_lite's decoder and SavedModel against onmt-main infer,
-eole predict and CTranslate2 (benchmarks/README.md, decode_speed.py).
+without its cache, or (--compare) t2t_lite's decoder, SavedModel and CTranslate2 export against
+onmt-main infer, eole predict and CTranslate2 on the peers' models (benchmarks/README.md,
+decode_speed.py).
 
   python benchmarks/decode_speed.py --data_dir=D --t2t_lite_dir=T [--num_sentences=100]
   python benchmarks/decode_speed.py --compare --data_dir=D --t2t_lite_dir=T --peer_dir=P
       [--eole_dir=E] --work_dir=W [--rounds=3] [--parallel_batches=1] [--output_json=F]
 
-Each contestant-round is a process of its own (decode_child.py for t2t_lite, the peers'
-decode.py in their environments) that translates the sentences twice, the first pass written
+Each contestant-round is a process of its own (decode_child.py for t2t_lite's decoder and
+SavedModel, the peers' decode.py in their environments for the others, t2t_lite's CTranslate2
+export included) that translates the sentences twice, the first pass written
 (the end-to-end time), the second timed, then the latency sentences one at a time. Every
 output is scored by the same sacreBLEU call; ratios within each round stand beside the targets.
 """
 import collections
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -31,6 +34,7 @@ from harness import PROBLEM, fmt  # noqa: E402
 
 from t2t_lite import cpu_tuning  # noqa: E402
 from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.run_description import saved_run  # noqa: E402
 
 CHILD = os.path.join(harness.BENCHMARKS, "decode_child.py")
 peer = harness.peer_module("opennmt_tf/run.py")
@@ -40,12 +44,15 @@ eole_decode = harness.peer_module("eole/decode.py")  # eole predict's command
 # A contestant: its label, its model's toolkit, how it runs (decode_child.py's "decoder" and
 # "saved_model", the peers' decode.py's others), XLA, the cache, CTranslate2's stopping rule
 # (stop_after_finished = beam size), CTranslate2's runtime ("peer": 3.24 in OpenNMT-tf's
-# environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32),
-# t2t_lite's hparams.mixed_precision (None: the model's own, float32).
+# environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32;
+# t2t_lite's model is exported by t2t_lite-exporter --format=ctranslate2 in that quantization),
+# t2t_lite's hparams.mixed_precision (None: the model's own as its hparams.json records it).
 Contestant = collections.namedtuple("Contestant", [
     "label", "model", "runs", "jit_compile", "use_cache", "ct2_stop", "runtime", "compute_type",
     "mixed_precision"], defaults=[False, True, False, None, None, None])
 CT2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION, "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
+CHILD_KINDS = ("decoder", "saved_model")  # the runs of decode_child.py (t2t_lite in TensorFlow)
+CT2_MODEL_LABELS = {"opennmt_tf": "", "eole": " (eole)", "t2t_lite": " (t2t_lite)"}
 XLA = " (XLA)" if decoder.TranslatorHParams().jit_compile else ""  # the decoder's default
 CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label, model, runs,
                settings in (  # in the order each round runs them
@@ -59,27 +66,36 @@ CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label,
      {"ct2_stop": True}),
     ("t2t_lite_saved_model_ct2_stop", "t2t_lite SavedModel (CT2's stop)", "t2t_lite",
      "saved_model", {"ct2_stop": True}),
-    *((f"t2t_lite_{runs}_bfloat16", f"t2t_lite {label} bfloat16", "t2t_lite", runs,
-       {"mixed_precision": "bfloat16"}) for runs, label in (("decoder", "decoder"),
-                                                            ("saved_model", "SavedModel"))),
+    *((f"t2t_lite_{runs}_{precision}", f"t2t_lite {label} {precision}", "t2t_lite", runs,
+       {"mixed_precision": precision}) for precision in ("bfloat16", "float32")
+      for runs, label in (("decoder", "decoder"), ("saved_model", "SavedModel"))),
     ("onmt_infer", "onmt-main infer", "opennmt_tf", "onmt_infer", {}),
     ("eole_predict", f"eole {eole_peer.EOLE_VERSION} predict", "eole", "eole_predict", {}),
-    *((name, f"CTranslate2 {CT2_VERSIONS[runtime]} {compute_type}" + (
-        " (eole)" if model == "eole" else ""), model, "ctranslate2",
-       {"runtime": runtime, "compute_type": compute_type})
+    *((name, f"CTranslate2 {CT2_VERSIONS[runtime]} {compute_type}" + CT2_MODEL_LABELS[model],
+       model, "ctranslate2", {"runtime": runtime, "compute_type": compute_type})
       for name, model, runtime, compute_type in (
+          ("t2t_lite_ctranslate2_float32", "t2t_lite", "4.x", "float32"),
+          ("t2t_lite_ctranslate2_int8", "t2t_lite", "4.x", "int8"),
           ("ctranslate2", "opennmt_tf", "peer", "float32"),
           ("ctranslate2_4_float32", "opennmt_tf", "4.x", "float32"),
           ("ctranslate2_4_int8", "opennmt_tf", "4.x", "int8"),
           ("ctranslate2_eole_4_float32", "eole", "4.x", "float32"),
           ("ctranslate2_eole_4_int8", "eole", "4.x", "int8"))))}
 CACHED, UNCACHED = "t2t_lite_decoder", "t2t_lite_decoder_uncached"
-# The ratios' targets: cached at least 3 times uncached; at least 3 times onmt-main infer and
-# 2/3 of CTranslate2 float32 on OpenNMT-tf's model (none against int8 and eole's rows, which the
-# issue predates); bfloat16 at least 1.3 times float32 (issue 34).
-TARGETS = {UNCACHED: 3.0, "onmt_infer": 3.0, "ctranslate2": 2 / 3, "ctranslate2_4_float32": 2 / 3}
+# The ratios' targets for t2t_lite's decoder and SavedModel: cached at least 3 times uncached;
+# at least 3 times onmt-main infer and 2/3 of CTranslate2 3.24 float32 on OpenNMT-tf's model;
+# 0.8 of CTranslate2 4.x float32 on it (issue 45); none against int8 and eole's rows.
+TARGETS = {UNCACHED: 3.0, "onmt_infer": 3.0, "ctranslate2": 2 / 3, "ctranslate2_4_float32": 0.8}
+# t2t_lite's CTranslate2 export against the peer's same-shape model in the same CTranslate2 and
+# compute type (issue 45: at least 0.95 of its sentences/s), each with an absolute peak memory
+# (MB) and load time (s) limit.
+CT2_PAIR_TARGET = 0.95
+CT2_LIMITS = {"peak_rss_mb": 250, "load_seconds": 0.5}
 BFLOAT16 = {"t2t_lite_decoder_bfloat16": (CACHED, 1.3),
             "t2t_lite_saved_model_bfloat16": ("t2t_lite_saved_model", 1.3)}  # over float32
+# Forced float32, for a model whose recorded mixed_precision is bfloat16 (trained with auto on
+# a CPU with bfloat16 instructions): only when --contestants names them.
+FLOAT32 = ("t2t_lite_decoder_float32", "t2t_lite_saved_model_float32")
 # --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow 2.13's
 # default for the CPU; it reads any other value, the empty one included, as that default).
 PEER_ONEDNN = {"default": None, "on": "1", "off": "0"}
@@ -205,6 +221,46 @@ def export_saved_model(name: str, setup: dict) -> float:
     return time.time() - start
 
 
+def export_ctranslate2(entries: dict, sources: list, setup: dict):
+    """t2t_lite-exporter --format=ctranslate2 of t2t_lite's checkpoint, once per quantization
+    that a running contestant needs (its compute type), into W/t2t_lite_ctranslate2_<type>
+    (replaced), and the raw source and latency sentences beside them, into
+    setup["t2t_lite_ctranslate2"]. A failed export leaves its contestants out."""
+    names = running(entries, of_model("t2t_lite", "ctranslate2"))
+    if not names:
+        return
+    hparams = saved_run(FLAGS.t2t_lite_dir)["hparams"]
+    folder = os.path.join(FLAGS.work_dir, "t2t_lite_ctranslate2")
+    os.makedirs(folder, exist_ok=True)
+    export = setup["t2t_lite_ctranslate2"] = {
+        "source": os.path.join(folder, "source.txt"),
+        "latency_source": os.path.join(folder, "latency.txt"),
+        # the peer's configuration's one limit: t2t_lite's max_length + extra_length
+        "max_decoding_length": hparams.max_length + peer.DECODE.extra_length,
+        "models": {}, "export_seconds": {}, "model_bin_mb": {}}
+    decoder.write_lines(export["source"], sources)
+    decoder.write_lines(export["latency_source"], sources[:FLAGS.latency_sentences])
+    for quantization in sorted({CONTESTANTS[name].compute_type for name in names}):
+        model_dir, start = f"{folder}_{quantization}", time.time()
+        shutil.rmtree(model_dir, ignore_errors=True)  # replaced: an export of this run only
+        print(f"exporting t2t_lite's model to CTranslate2 ({quantization}) in {model_dir}",
+              flush=True)
+        try:
+            harness.run_logged([
+                sys.executable, "-m", "t2t_lite.bin.exporter", "--format=ctranslate2",
+                f"--quantization={quantization}", f"--data_dir={FLAGS.data_dir}",
+                f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={model_dir}",
+                f"--checkpoint_path={setup['t2t_lite_checkpoint']}"], model_dir + ".log")
+        except harness.ChildFailed as error:
+            drop(entries, [name for name in names if CONTESTANTS[name].compute_type ==
+                           quantization], f"t2t_lite-exporter --format=ctranslate2 failed: {error}")
+            continue
+        export["models"][quantization] = model_dir
+        export["export_seconds"][quantization] = time.time() - start
+        export["model_bin_mb"][quantization] = os.path.getsize(
+            os.path.join(model_dir, "model.bin")) / 2**20
+
+
 # Each environment: what it is, its Pythons, its model's folder flag (None: any), its folder and
 # Python flags, its module (with ensure_environment) and the contestants that need it.
 ENVIRONMENTS = {
@@ -312,7 +368,7 @@ def command_and_environment(name: str, setup: dict, output: str) -> tuple:
     contestant = CONTESTANTS[name]
     threads = (FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads)
     environment = harness.child_environment({harness.ONEDNN: PEER_ONEDNN[FLAGS.peer_onednn]})
-    if contestant.model == "t2t_lite":
+    if contestant.runs in CHILD_KINDS:
         return [sys.executable, CHILD, setup["jobs"][name], output], dict(os.environ)
     if contestant.runs == "onmt_infer":
         return peer.infer_command(setup["venv_python"], setup, output, *threads), environment
@@ -320,12 +376,17 @@ def command_and_environment(name: str, setup: dict, output: str) -> tuple:
         eole = setup["eole"]
         return eole_decode.command(eole["python"], eole["config"], output,
                                    eole["latency_source"], *threads), environment
-    inputs = setup["eole"] if contestant.model == "eole" else setup  # tokens, length limit
+    if contestant.model == "t2t_lite":  # raw text through the export's sentencepiece.model
+        inputs = setup["t2t_lite_ctranslate2"]
+        model_dir = inputs["models"][contestant.compute_type]
+        sentencepiece_model = os.path.join(model_dir, "sentencepiece.model")
+    else:  # tokens, length limit
+        inputs = setup["eole"] if contestant.model == "eole" else setup
+        model_dir, sentencepiece_model = setup["ctranslate2_models"][contestant.model], None
     return peer.ctranslate2_command(
-        setup["ctranslate2_pythons"][contestant.runtime], inputs,
-        setup["ctranslate2_models"][contestant.model], output, FLAGS.beam_size, FLAGS.alpha,
-        FLAGS.batch_size, threads[0], FLAGS.parallel_batches, contestant.compute_type), \
-        {**environment, "CT2_VERBOSE": "1"}
+        setup["ctranslate2_pythons"][contestant.runtime], inputs, model_dir, output,
+        FLAGS.beam_size, FLAGS.alpha, FLAGS.batch_size, threads[0], FLAGS.parallel_batches,
+        contestant.compute_type, sentencepiece_model), {**environment, "CT2_VERBOSE": "1"}
 
 
 def run_round(entry: dict, round_index: int, setup: dict, encoders: dict,
@@ -339,8 +400,8 @@ def run_round(entry: dict, round_index: int, setup: dict, encoders: dict,
     stem = os.path.join(FLAGS.work_dir, f"round{round_index + 1}_{name}")
     output = stem + (".txt" if contestant.model == "t2t_lite" else ".tokens")
     command, environment = command_and_environment(name, setup, output)
-    result = harness.run_child(command, environment, "CONTESTANT" if contestant.model ==
-                               "t2t_lite" else "DECODE", stem + ".log")
+    result = harness.run_child(command, environment, "CONTESTANT" if contestant.runs in
+                               CHILD_KINDS else "DECODE", stem + ".log")
     if contestant.model == "eole":  # as eole's run.py detokenizes its output
         lines = eole_peer.output_hypotheses(output, setup["pieces"])
     else:
@@ -397,17 +458,32 @@ def summarize(entry: dict):
     return summary
 
 
-def ratios(entries: dict) -> list:
-    """t2t_lite's float32 contestants over each peer's, bfloat16 over float32, and cached over
-    uncached: sentences/s round by round with the target (None: none), the median ratios of
-    target tokens/s (the fairer one when the outputs differ in length) and of end-to-end
-    sentences/s, and the BLEU difference."""
-    pairs = [(ours, theirs, TARGETS.get(theirs)) for ours in entries
-             if CONTESTANTS[ours].model == "t2t_lite" and ours not in (UNCACHED, *BFLOAT16)
-             for theirs in entries if CONTESTANTS[theirs].model != "t2t_lite"]
-    pairs += [(ours, theirs, target) for ours, (theirs, target) in BFLOAT16.items()]
-    if CACHED in entries and UNCACHED in entries:
+def ratio_pairs(names) -> list:
+    """(ours, theirs, target or None) of the contestants `names`: t2t_lite's float32 decoder and
+    SavedModel contestants over each peer's, t2t_lite's CTranslate2 export over each peer's
+    model in the same CTranslate2 runtime and compute type, bfloat16 over float32, and cached
+    over uncached."""
+    pairs = [(ours, theirs, TARGETS.get(theirs)) for ours in names
+             if CONTESTANTS[ours].model == "t2t_lite" and CONTESTANTS[ours].runs in CHILD_KINDS
+             and ours not in (UNCACHED, *BFLOAT16)
+             for theirs in names if CONTESTANTS[theirs].model != "t2t_lite"]
+    engine = {name: (c.runtime, c.compute_type) for name, c in CONTESTANTS.items()}
+    pairs += [(ours, theirs, CT2_PAIR_TARGET if CONTESTANTS[theirs].model == "opennmt_tf"
+               else None) for ours in of_model("t2t_lite", "ctranslate2") if ours in names
+              for theirs in names if CONTESTANTS[theirs].model != "t2t_lite"
+              and CONTESTANTS[theirs].runs == "ctranslate2" and engine[theirs] == engine[ours]]
+    pairs += [(ours, theirs, target) for ours, (theirs, target) in BFLOAT16.items()
+              if ours in names]
+    if CACHED in names and UNCACHED in names:
         pairs.append((CACHED, UNCACHED, TARGETS[UNCACHED]))
+    return pairs
+
+
+def ratios(entries: dict) -> list:
+    """ratio_pairs of the contestants in the race: sentences/s round by round with the target
+    (None: none), the median ratios of target tokens/s (the fairer one when the outputs differ
+    in length) and of end-to-end sentences/s, and the BLEU difference."""
+    pairs = ratio_pairs(list(entries))
     result = []
     for a, b, target in ((entries.get(ours), entries.get(theirs), target)
                          for ours, theirs, target in pairs):
@@ -426,13 +502,25 @@ def ratios(entries: dict) -> list:
 
 
 def memory_targets(entries: dict) -> list:
-    """Each t2t_lite contestant's peak memory against onmt-main infer's (medians over rounds)."""
+    """Each t2t_lite decoder and SavedModel contestant's peak memory against onmt-main infer's
+    (medians over rounds)."""
     theirs = entries.get("onmt_infer", {}).get("summary")
     return [{"contestant": entry["name"], "peak_rss_mb": ours["peak_rss_mb"],
              "onmt_infer_peak_rss_mb": theirs["peak_rss_mb"],
              "met": ours["peak_rss_mb"] <= theirs["peak_rss_mb"]}
             for name, entry in entries.items() if theirs and CONTESTANTS[name].model ==
-            "t2t_lite" for ours in [entry["summary"]] if ours]
+            "t2t_lite" and CONTESTANTS[name].runs in CHILD_KINDS
+            for ours in [entry["summary"]] if ours]
+
+
+def limit_targets(entries: dict) -> list:
+    """t2t_lite's CTranslate2 export's peak memory and load time (medians over rounds) against
+    CT2_LIMITS."""
+    return [{"contestant": entry["name"], "key": key, "value": summary[key], "limit": limit,
+             "met": summary[key] <= limit}
+            for name, entry in entries.items() if CONTESTANTS[name].model == "t2t_lite"
+            and CONTESTANTS[name].runs == "ctranslate2"
+            for summary in [entry["summary"]] if summary for key, limit in CT2_LIMITS.items()]
 
 
 def print_tables(result: dict):
@@ -476,7 +564,9 @@ def print_tables(result: dict):
           "loading, tracing or compiling included); load s: to the model loaded; target tokens: "
           "the output's SentencePiece pieces + end of sentence; peak MB: the process's peak "
           f"resident memory; latency: median of the first {FLAGS.latency_sentences} sentences "
-          "each alone" + "".join(f"; {k}: {v}" for k, v in versions.items()) + "\n")
+          "each alone; t2t_lite's decoder and SavedModel without a precision in their label: "
+          f"the model's recorded mixed_precision, {result['t2t_lite_mixed_precision']}"
+          + "".join(f"; {k}: {v}" for k, v in versions.items()) + "\n")
     if result["ratios"]:
         print(harness.table(["sentences/s ratio, same round", "median", "min", "max", "target",
                              "met", "tok/s", "e2e", "BLEU", "per round  "], [
@@ -488,17 +578,26 @@ def print_tables(result: dict):
             for r in result["ratios"]]))
         print("median, min, max: of the ratios within each round; tok/s, e2e: the median ratios "
               "of target tokens/s and of end-to-end sentences/s; BLEU: the first's less the "
-              "second's (bfloat16's target: within 0.3); no target against int8 nor eole's rows")
+              "second's (bfloat16's target: within 0.3); t2t_lite's TensorFlow contestants: no "
+              "target against int8 nor eole's rows; CTranslate2 (t2t_lite): t2t_lite's "
+              "CTranslate2 export against the peers' models in the same CTranslate2 and compute "
+              "type")
     for target in result["memory_targets"]:
         print(f"peak memory: {target['contestant']} {target['peak_rss_mb']:.0f} MB, onmt-main "
               f"infer {target['onmt_infer_peak_rss_mb']:.0f} MB (target: at most OpenNMT-tf's): "
               f"{'met' if target['met'] else 'not met'}")
+    for target in result.get("limit_targets", []):
+        what, unit, spec = {"peak_rss_mb": ("peak memory", "MB", ".0f"),
+                            "load_seconds": ("load", "s", ".2f")}[target["key"]]
+        print(f"{what}: {target['contestant']} {target['value']:{spec}} {unit} (target: at most "
+              f"{target['limit']:g} {unit}): {'met' if target['met'] else 'not met'}")
 
 
 def main(unused_argv):
     bfloat16 = cpu_tuning.multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
     names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
-        bfloat16 or name not in BFLOAT16)] if FLAGS.compare else [CACHED, UNCACHED])
+        bfloat16 or name not in BFLOAT16) and name not in FLOAT32] if FLAGS.compare
+        else [CACHED, UNCACHED])
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     os.makedirs(FLAGS.work_dir, exist_ok=True)
@@ -517,7 +616,7 @@ def main(unused_argv):
     for name in entries:
         if CONTESTANTS[name].runs == "saved_model":
             setup["export_seconds"][name] = export_saved_model(name, setup)
-        if CONTESTANTS[name].model == "t2t_lite":
+        if CONTESTANTS[name].runs in CHILD_KINDS:
             setup["jobs"][name] = write_job(name, setup, sources, encoders)
     try:
         prepare_peer(entries, sources, setup)
@@ -525,6 +624,7 @@ def main(unused_argv):
     except peer.PeerError as error:
         raise ValueError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir={FLAGS.eole_dir}): "
                          f"{error}")
+    export_ctranslate2(entries, sources, setup)
     prepare_ctranslate2(entries, setup)
     eole = setup.get("eole", {})
     thread_flags = {name: FLAGS[name].value for name in ("intra_op_parallelism_threads",
@@ -537,6 +637,8 @@ def main(unused_argv):
                           "ctranslate2": peer.ctranslate2_threads(
                               FLAGS.intra_op_parallelism_threads, FLAGS.parallel_batches)},
               "machine": harness.machine(), "t2t_lite_checkpoint": setup["t2t_lite_checkpoint"],
+              "t2t_lite_mixed_precision": saved_run(FLAGS.t2t_lite_dir)[
+                  "hparams"].mixed_precision,
               "peer_checkpoint": setup.get("checkpoint"),
               "peer_length_bucket_width": setup.get("length_bucket_width"),
               "peer_max_decoding_length": setup.get("max_decoding_length"),
@@ -558,13 +660,14 @@ def main(unused_argv):
               "eole_predict_settings": {**eole.get("settings", {}), **thread_flags},
               "eole_ctranslate2": eole.get("ctranslate2"),
               "export_seconds": setup["export_seconds"],
+              "t2t_lite_ctranslate2": setup.get("t2t_lite_ctranslate2"),
               "convert_seconds": setup.get("convert_seconds")}
     result["order"] = harness.run_rounds(list(entries.values()), FLAGS.rounds, lambda entry, i:
                                          run_round(entry, i, setup, encoders, references))
     for entry in entries.values():
         entry["summary"] = summarize(entry)
     result.update(contestants=list(entries.values()), ratios=ratios(entries),
-                  memory_targets=memory_targets(entries))
+                  memory_targets=memory_targets(entries), limit_targets=limit_targets(entries))
     result["machine"]["load_average_at_end"] = os.getloadavg()
     print_tables(result)
     if FLAGS.output_json:

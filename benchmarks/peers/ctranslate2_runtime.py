@@ -3,7 +3,8 @@
 OpenNMT-tf 2.32 requires ctranslate2>=3,<4, so the peer's environment
 (peers/opennmt_tf/run.py) has CTranslate2 3.24. CTranslate2 4.x, the version its users run, is
 installed here into --ctranslate2_venv_dir (default ~/.cache/t2t_lite/peers/ctranslate2): the
-`ctranslate2` package alone, with its own numpy and PyYAML, no TensorFlow (about 250 MB). The
+`ctranslate2` package with its own numpy and PyYAML, and `sentencepiece` for t2t_lite's exported
+models, no TensorFlow (about 250 MB). The
 environment is created on first use by peer_environment.py's `ensure_environment`, as the
 peers' are, with this file's requirements (a Python 3.10 or 3.11 as the OpenNMT-tf peer's, the
 same marker file and exit status 3 when there is none), and reused after.
@@ -28,6 +29,7 @@ resolved type, which decode.py records.
 import os
 import re
 import sys
+from importlib import metadata
 
 PEERS = os.path.dirname(os.path.abspath(__file__))  # the peers' shared modules
 if PEERS not in sys.path:
@@ -41,7 +43,11 @@ SUPPORTED_PYTHONS = ("3.11", "3.10")
 
 
 def requirements() -> list:
-    return [f"ctranslate2=={CTRANSLATE2_VERSION}"]
+    """CTranslate2, and sentencepiece at the caller's version (t2t_lite's pin), which splits
+    and joins the text of t2t_lite's exported models (their sentencepiece.model) as their users
+    do."""
+    return [f"ctranslate2=={CTRANSLATE2_VERSION}",
+            f"sentencepiece=={metadata.version('sentencepiece')}"]
 
 
 def ensure_environment(venv_dir: str = DEFAULT_VENV_DIR, requested_python: str = None) -> str:

@@ -6,7 +6,7 @@
         --predictions_file=P
     python decode.py ctranslate2 --model_dir=M --source=F --output=P --latency_source=F \
         --compute_type=float32 --beam_size=4 --length_penalty=0.6 --batch_size=32 \
-        --max_decoding_length=N --intra_threads=N --inter_threads=N
+        --max_decoding_length=N --intra_threads=N --inter_threads=N [--sentencepiece_model=F]
 
 config: the peer's configuration files merged (later ones win, as onmt-main merges several
 --config) with the overrides, written to one file for both `onmt-main` and
@@ -29,7 +29,10 @@ what was asked, `effective_compute_type` what it runs) on the converted model. R
 Python of whichever environment has the CTranslate2 to measure (the peer's 3.24, or 4.x from
 peers/ctranslate2_runtime.py). Two passes as above, each the whole source through
 `translate_batch` in batches of --batch_size (CTranslate2 sorts by length into batches
-itself): the first written to --output, the second timed; then single-sentence latency.
+itself): the first written to --output, the second timed; then single-sentence latency. With
+--sentencepiece_model (a model that t2t_lite-exporter --format=ctranslate2 wrote), the source
+and the output are raw text: each line is split into pieces by that model once, before the
+passes, and each translation joined back by it inside the passes, as its users run it.
 
 Both print one line "DECODE {json}": ready_at (epoch seconds when the model was loaded, before
 anything was translated or traced), written_at (epoch seconds when the first pass's output was
@@ -39,9 +42,11 @@ latency_seconds (one per latency sentence), peak_rss_mb (this process's peak res
 and versions; infer also onednn (TensorFlow's oneDNN on or off in this process) and tf_threads
 (onmt-main's thread flags). decode_speed.py computes load and end-to-end times from its own
 clock just before it started the process. Sources and outputs are OpenNMT-tf's space-separated
-tokens; run.py's PieceTokens turns them into text. This file imports only OpenNMT-tf,
-CTranslate2, PyYAML, the standard library and the harness's clocks (benchmarks/harness.py:
-the standard library at import); it runs in the peer's environment or CTranslate2's.
+tokens (raw text with --sentencepiece_model); run.py's PieceTokens turns the tokens into
+text. This file imports only OpenNMT-tf, CTranslate2, sentencepiece (with
+--sentencepiece_model), PyYAML, the standard library and the harness's clocks
+(benchmarks/harness.py: the standard library at import); it runs in the peer's environment or
+CTranslate2's.
 """
 import argparse
 import io
@@ -165,10 +170,16 @@ def thread_settings(onmt_args: list) -> dict:
 def run_ctranslate2(args):
     import ctranslate2
 
+    to_tokens, to_line = str.split, " ".join  # the peers' space-separated token files
+    if args.sentencepiece_model:  # raw text, as a user of an exported model tokenizes it
+        import sentencepiece
+        processor = sentencepiece.SentencePieceProcessor(model_file=args.sentencepiece_model)
+        to_tokens, to_line = (lambda line: processor.encode(line.rstrip("\n"), out_type=str),
+                              processor.decode)
     with open(args.source, encoding="utf-8") as handle:
-        sources = [line.split() for line in handle]
+        sources = [to_tokens(line) for line in handle]
     with open(args.latency_source, encoding="utf-8") as handle:
-        singles = [line.split() for line in handle]
+        singles = [to_tokens(line) for line in handle]
     translator = ctranslate2.Translator(args.model_dir, device="cpu",
                                         compute_type=args.compute_type,
                                         intra_threads=args.intra_threads,
@@ -184,7 +195,7 @@ def run_ctranslate2(args):
                "max_batch_size": args.batch_size, "batch_type": "examples"}
 
     def translate_all() -> list:
-        return [" ".join(item.hypotheses[0]) + "\n"
+        return [to_line(item.hypotheses[0]) + "\n"
                 for item in translator.translate_batch(sources, **options)]
 
     def write(lines):
@@ -212,6 +223,8 @@ def main():
     for name in ("model_dir", "source", "output", "latency_source"):
         translate.add_argument(f"--{name}", required=True)
     translate.add_argument("--compute_type", default="float32")
+    translate.add_argument("--sentencepiece_model", help="source and output as raw text, "
+                           "tokenized and detokenized by this SentencePiece model")
     translate.add_argument("--beam_size", type=int, default=4)
     translate.add_argument("--length_penalty", type=float, default=0.6)
     translate.add_argument("--batch_size", type=int, default=32)

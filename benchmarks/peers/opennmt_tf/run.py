@@ -551,20 +551,23 @@ def ctranslate2_threads(intra_threads: int, parallel_batches: int) -> tuple:
 
 def ctranslate2_command(venv_python: str, setup: dict, model_dir: str, output: str,
                         beam_size: int, alpha: float, batch_size: int, intra_threads: int,
-                        parallel_batches: int, compute_type: str = "float32") -> list:
+                        parallel_batches: int, compute_type: str = "float32",
+                        sentencepiece_model: str = None) -> list:
     """CTranslate2 on the converted model with `compute_type`, timed by decode.py (prints
     "DECODE {json}") and run by `venv_python` (the peer's environment, whose CTranslate2 is
     3.24, or CTranslate2 4.x's: peers/ctranslate2_runtime.py), with the configuration's
     maximum_decoding_length. CTranslate2's length penalty divides a hypothesis' log
     probability by length^alpha, not by GNMT's ((5 + length) / 6)^alpha as OpenNMT-tf and
-    t2t_lite do, so it may rank a few beams differently."""
+    t2t_lite do, so it may rank a few beams differently. With `sentencepiece_model` the setup's
+    source files and the output are raw text (decode.py's --sentencepiece_model)."""
     intra, inter = ctranslate2_threads(intra_threads, parallel_batches)
     return [venv_python, DECODE_SCRIPT, "ctranslate2", f"--model_dir={model_dir}",
             f"--source={setup['source']}", f"--output={output}",
             f"--latency_source={setup['latency_source']}", f"--compute_type={compute_type}",
             f"--beam_size={beam_size}", f"--length_penalty={alpha}",
             f"--batch_size={batch_size}", f"--max_decoding_length={setup['max_decoding_length']}",
-            f"--intra_threads={intra}", f"--inter_threads={inter}"]
+            f"--intra_threads={intra}", f"--inter_threads={inter}",
+            *[f"--sentencepiece_model={sentencepiece_model}"] * bool(sentencepiece_model)]
 
 
 def print_table(result: dict, hparams):
