@@ -11,13 +11,25 @@ model call these same functions.
 
 Two ways to run, with the same outputs (tests/decoding/test_search.py):
 - Without XLA (the default: faster on a CPU, no compile per shape, and what any TensorFlow
-  Serving runs): the self-attention caches grow by one position per step, and a sentence
-  leaves the batch as soon as its search is done, so later steps run on fewer rows (as
-  CTranslate2 does).
+  Serving runs): the self-attention caches grow with the output, CACHE_CHUNK positions at a
+  time (`_with_room`; each step writes its position into the room, the positions after it
+  masked, as with fixed shapes), and the sentences whose search is done leave the batch, so
+  later steps run on fewer rows (as CTranslate2 does, which drops each at once): the rows of
+  a multiple of ROW_MULTIPLE sentences stay, done ones among them keeping their results, or
+  of the sentences not done when fewer than ROW_MULTIPLE.
 - `fixed_shapes`, for XLA, which compiles fixed shapes only: the caches have room for the
   longest output from the start and each step writes its position with a mask, reading and
   writing the whole buffer; every row stays until the whole batch is done.
 `_Batch` is where the two differ.
+
+Few shapes: TensorFlow's oneDNN kernels (on by default on x86-64) are made for each shape an
+operation meets and kept for the life of the process. Caches grown by one position a step made
+every step's attention a shape of its own, each batch's source length its own
+encoder-decoder attention, and each number of sentences left in a batch its own products:
+over Multi30k's 1,000 test sentences thousands of kernels, some 300 MB (docs/decoding.md).
+Growing the caches by CACHE_CHUNK positions, padding the source to a multiple of
+SOURCE_MULTIPLE tokens (`search`) and keeping rows for a multiple of ROW_MULTIPLE sentences
+(`_Batch.kept`) repeat a few shapes instead, for the same outputs.
 
 Each search loop carries one state, a NamedTuple: the step's position, the rows of the
 sentences still searched (one row per sentence: `_GreedyRows`, `_BeamRows`), beam search's
@@ -31,7 +43,8 @@ are float32 (`_float32`).
 
 The maximum output length of each sentence is its input length (EOS included) + `extra_length`
 (50 in the paper; t2t used the padded length of the batch). Outputs are ids [batch, padded
-input length + extra_length], EOS included, padded with 0 after it.
+input length + extra_length], EOS included, padded with 0 after it (`search` pads the inputs
+further, to SOURCE_MULTIPLE, and cuts the outputs back to that width).
 """
 import dataclasses
 from typing import Any, NamedTuple
@@ -40,8 +53,16 @@ import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding.block_top_k import block_top_k
-from t2t_lite.layers.attention import NEG_INF, GrowingCache
+from t2t_lite.layers.attention import NEG_INF, FixedLengthCache, GrowingCache
 from t2t_lite.models.transformer import DecodingCache
+
+# Without XLA: the positions the self-attention caches grow by at a time, the multiple of
+# tokens the inputs are padded to, and of sentences a shrinking batch keeps rows for: the fewer
+# shapes the operations meet, the fewer oneDNN kernels TensorFlow makes and keeps (the module
+# docstring).
+CACHE_CHUNK = 8
+SOURCE_MULTIPLE = 16
+ROW_MULTIPLE = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +147,8 @@ class _Decoder:
 
     def start(self, source, cache_length):
         """(the sentences' _SentenceInputs, the self-attention caches of one sequence per
-        sentence before the first step: fixed-size room for `cache_length` positions, or
-        growing when it is None)."""
+        sentence before the first step, with room for `cache_length` positions: all of them
+        with fixed shapes, else the first CACHE_CHUNK, `logits` adding room as it goes)."""
         if not self.use_cache:
             return _SentenceInputs(source.inputs_padding, source.encoder_output), []
         cache = self.model.initial_cache(source.encoder_output, cache_length)
@@ -137,6 +158,8 @@ class _Decoder:
         """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
         [N, V] for the token after `position`, and the caches with `position` added."""
         if self.use_cache:
+            if not self.fixed_shapes:
+                caches = _with_room(caches, position)
             logits, cache = self.model.decode_step(
                 decoded[:, position], position, DecodingCache(caches, sentences.memory),
                 sentences.inputs_padding)
@@ -150,36 +173,75 @@ class _Decoder:
         return _float32(logits[:, position, :]), caches
 
 
+def _with_room(caches, position):
+    """The self-attention caches (FixedLengthCache) of the step at `position`, as _StepRoom:
+    as they are, or, once they are full, CACHE_CHUNK positions longer (zeros, masked until
+    written)."""
+    def longer(tensor):  # [rows, heads, room, depth / heads]
+        return tf.pad(tensor, [[0, 0], [0, 0], [0, CACHE_CHUNK], [0, 0]])
+    caches = tf.cond(position < tf.shape(caches[0].key)[2], lambda: caches,
+                     lambda: tf.nest.map_structure(longer, caches))
+    later = tf.range(tf.shape(caches[0].key)[2]) > position
+    bias = tf.where(later, NEG_INF, 0.0)[tf.newaxis, tf.newaxis, tf.newaxis, :]
+    return [_StepRoom(cache, bias) for cache in caches]
+
+
+class _StepRoom(FixedLengthCache):
+    """A FixedLengthCache at one step, with the bias hiding the positions after it, made once
+    for every layer. `add` writes the step's position by slicing around it, copies without
+    FixedLengthCache's masked select, which broadcasts over the whole room."""
+
+    def __new__(cls, cache, bias):
+        room = super().__new__(cls, *cache)
+        room.bias = bias
+        return room
+
+    def add(self, key, value, position):
+        """FixedLengthCache.add: the cache with `key` and `value` [rows, heads, 1, depth /
+        heads] at `position`, and the bias [1, 1, 1, room]."""
+        def written(cache, new):
+            return tf.concat([cache[:, :, :position], new, cache[:, :, position + 1:]], axis=2)
+        return FixedLengthCache(written(self.key, key), written(self.value, value)), self.bias
+
+
 class _Batch:
     """Which rows a search step runs on: the one difference between a search for XLA
     (`fixed_shapes`) and one without (the module docstring says why).
 
     fixed_shapes: every sentence keeps its rows until the whole batch is done, a sentence done
     keeping the results it had then; the self-attention caches have room for every position
-    (FixedLengthCache). Otherwise a sentence leaves the batch when it is done, its results
-    written; the caches grow by one position a step (GrowingCache).
+    (FixedLengthCache). Otherwise done sentences leave the batch, their results written, as
+    soon as the rows of fewer sentences hold those not done (`kept`; the done ones that stay
+    keep their results, as with fixed shapes); the caches' room grows by CACHE_CHUNK
+    positions when it is full (`_with_room`).
     """
 
     def __init__(self, fixed_shapes):
         self.fixed_shapes = fixed_shapes
 
     def cache_length(self, max_length):
-        """The self-attention caches' room: max_length positions, or None (growing)."""
-        return max_length if self.fixed_shapes else None
+        """The self-attention caches' room at the start: max_length positions with fixed
+        shapes, else CACHE_CHUNK."""
+        return max_length if self.fixed_shapes else CACHE_CHUNK
 
     def kept(self, done):
         """Indices int32 [n] of the rows that go on, of done bool [b]: every row with fixed
-        shapes, else those of the sentences not done."""
+        shapes; else, in their order, those of the sentences not done and the first done ones
+        up to a multiple of ROW_MULTIPLE sentences (none when fewer than ROW_MULTIPLE go on),
+        no more than b, so that a batch shrinks through few sizes."""
         if self.fixed_shapes:
             return tf.range(tf.size(done))
-        return tf.cast(tf.reshape(tf.where(tf.logical_not(done)), [-1]), tf.int32)
+        going_on = tf.reduce_sum(tf.cast(tf.logical_not(done), tf.int32))
+        size = tf.where(going_on < ROW_MULTIPLE, going_on,
+                        -(-going_on // ROW_MULTIPLE) * ROW_MULTIPLE)
+        # In their order (all of them, unchanged, while none leaves): the first done ones stay.
+        done_before = tf.cumsum(tf.cast(done, tf.int32))
+        stays = tf.logical_not(done) | (done_before <= size - going_on)
+        return tf.cast(tf.reshape(tf.where(stays), [-1]), tf.int32)
 
     def results_kept(self, done_before, before, after):
-        """`after`, the results of a step, but with fixed shapes those of the sentences done
-        before it (done_before [b]), which stay `before`."""
-        if not self.fixed_shapes:
-            return after  # done sentences left the batch
-
+        """`after`, the results of a step, but those of the sentences done before it
+        (done_before [b]: with fixed shapes, or among the rows `kept`), which stay `before`."""
         def kept(before, after):
             return tf.where(tf.reshape(done_before, [-1] + [1] * (after.shape.rank - 1)),
                             before, after)
@@ -217,7 +279,7 @@ class _Batch:
     def loop(self, keep_going, step, state):
         """tf.while_loop of `step` over `state` (a NamedTuple) while `keep_going`. With fixed
         shapes every shape stays; otherwise the number of rows may change (their leading
-        dimension), and a GrowingCache's length too."""
+        dimension), and the self-attention caches' room too."""
         if self.fixed_shapes:
             shapes = tf.nest.map_structure(lambda tensor: tensor.shape, state)
         else:
@@ -233,10 +295,10 @@ def _gather(structure, indices):
 
 def _shapes_of_a_shrinking_batch(structure):
     """The shapes of `structure` (tensors in lists and NamedTuples) with any number of rows
-    (their leading dimension, but of scalars) and, in a GrowingCache, any length."""
-    if isinstance(structure, GrowingCache):
-        return GrowingCache(*(tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
-                              for tensor in structure))
+    (their leading dimension, but of scalars) and, in a self-attention cache, any length."""
+    if isinstance(structure, (FixedLengthCache, GrowingCache)):
+        return type(structure)(*(tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
+                                 for tensor in structure))
     if isinstance(structure, tuple) and hasattr(structure, "_fields"):
         return type(structure)(*map(_shapes_of_a_shrinking_batch, structure))
     if isinstance(structure, (list, tuple)):
@@ -276,8 +338,8 @@ def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
                   fixed_shapes: bool = False):
     """Greedy decoding of padded `inputs` [B, S]: ids [B, S + extra_length] and their log
     probabilities [B]. A sentence is done when it has produced EOS or reached its limit; done
-    sentences leave the batch (unless fixed_shapes: then they are padded with PAD until all
-    are done)."""
+    sentences leave the batch (`_Batch.kept`; those that stay, and with fixed_shapes all, are
+    padded with PAD until they leave or all are done)."""
     source = _encode(model, inputs, extra_length)
     batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache, fixed_shapes)
     batch_size = tf.shape(source.ids)[0]
@@ -521,12 +583,26 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
 
 def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = False):
     """The search search_hparams asks for: beam search, or greedy search for beam_size 1.
-    fixed_shapes for a search compiled with XLA (the caller's jit_compile)."""
+    fixed_shapes for a search compiled with XLA (the caller's jit_compile). The inputs
+    [B, S] are searched padded to a multiple of SOURCE_MULTIPLE tokens, so that batches of
+    nearby lengths share shapes (`padded_to_multiple`); the outputs are [B, S + extra_length]
+    all the same (each sentence's limit is its own length + extra_length)."""
     hp = search_hparams
+    inputs = tf.convert_to_tensor(inputs, tf.int32)
+    width = tf.shape(inputs)[1] + hp.extra_length
     with model.decoding_layout():  # the decoder's weights laid out for steps, once per search
         if hp.beam_size > 1:
-            return beam_search(model, inputs, hp.beam_size, hp.alpha, hp.extra_length,
-                               hp.use_cache, fixed_shapes=fixed_shapes,
-                               stop_after_finished=hp.stop_after_finished)
-        return greedy_search(model, inputs, hp.extra_length, hp.use_cache,
-                             fixed_shapes=fixed_shapes)
+            ids, scores = beam_search(model, padded_to_multiple(inputs), hp.beam_size,
+                                      hp.alpha, hp.extra_length, hp.use_cache,
+                                      fixed_shapes=fixed_shapes,
+                                      stop_after_finished=hp.stop_after_finished)
+        else:
+            ids, scores = greedy_search(model, padded_to_multiple(inputs), hp.extra_length,
+                                        hp.use_cache, fixed_shapes=fixed_shapes)
+    return ids[:, :width], scores
+
+
+def padded_to_multiple(ids, multiple: int = SOURCE_MULTIPLE):
+    """int32 ids [B, S] padded with PAD to a length that is a multiple of `multiple`."""
+    length = tf.shape(ids)[1]
+    return tf.pad(ids, [[0, 0], [0, -length % multiple]], constant_values=PAD_ID)

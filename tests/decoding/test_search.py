@@ -340,3 +340,74 @@ def test_sentences_done_early_keep_their_results_while_others_go_on():
     went_on = [beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0,
                                        max_steps=batch_steps)[0] for single in model.models]
     assert any(later != want for ((want, _, _), _), later in zip(rules, went_on))
+
+
+class ShapeRecordingModel(RowCountingModel):
+    """The model, recording what each cached decoding step meets (the search run eagerly, as
+    tf.while_loop then runs its body in Python): (position, the self-attention caches' room,
+    the source length)."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.steps = []
+
+    def decode_step(self, ids, position, cache, inputs_padding):
+        self.steps.append((int(position), int(cache.self_attention[0].key.shape[2]),
+                           int(inputs_padding.shape[1])))
+        return self.model.decode_step(ids, position, cache, inputs_padding)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_search_meets_few_shapes_and_gives_the_same_output(model, inputs, beam_size):
+    """Without XLA the self-attention caches grow search.CACHE_CHUNK positions at a time and
+    the source is padded to a multiple of search.SOURCE_MULTIPLE tokens (so that TensorFlow's
+    oneDNN makes kernels for few shapes): each step's room is the multiple of CACHE_CHUNK above
+    its position, every step reads the 7-token inputs padded to SOURCE_MULTIPLE, and the
+    outputs, [3, 7 + extra_length], are those of the uncached search of the inputs as they
+    are."""
+    extra_length, chunk = 20, search.CACHE_CHUNK
+    recording = ShapeRecordingModel(model)
+    ids, scores = search.search(recording, inputs, search.SearchHParams(
+        beam_size=beam_size, extra_length=extra_length))
+    positions = [position for position, _, _ in recording.steps]
+    assert max(positions) >= chunk  # the room grew
+    assert [room for _, room, _ in recording.steps] == [
+        (position // chunk + 1) * chunk for position in positions]
+    assert {length for _, _, length in recording.steps} == {search.SOURCE_MULTIPLE}
+    if beam_size == 1:
+        want_ids, want_scores = search.greedy_search(model, inputs, extra_length,
+                                                     use_cache=False)
+    else:
+        want_ids, want_scores = search.beam_search(model, inputs, beam_size,
+                                                   extra_length=extra_length, use_cache=False)
+    assert ids.shape == (3, 7 + extra_length)
+    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_batch_shrinks_through_multiples_of_row_multiple_sentences(model, beam_size):
+    """Six inputs of 2 to 7 tokens reach their limits one step after the other: the rows go
+    from 6 sentences' to 4 sentences' (search.ROW_MULTIPLE; never 5, the done sentence staying
+    with its results), then to 3, 2 and 1 as each is done, and every output is that of the
+    fixed-shape search, where every row stays, and of the uncached one."""
+    assert search.ROW_MULTIPLE == 4
+    inputs = np.zeros((6, 7), np.int32)
+    for row in range(6):
+        inputs[row, :row + 1] = np.arange(2, row + 3) % VOCAB_SIZE
+        inputs[row, row + 1] = EOS_ID
+    counting = RowCountingModel(model)
+    if beam_size == 1:
+        ids, scores = search.greedy_search(counting, inputs, extra_length=6)
+        rows = counting.rows_per_step
+    else:
+        ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
+        rows = counting.rows_per_step[1:]
+    sentences = [count // beam_size for count in rows]
+    assert 5 not in sentences and {6, 4, 1} <= set(sentences)
+    assert sentences == sorted(sentences, reverse=True)
+    for want_ids, want_scores in (
+            run_search(model, inputs, beam_size, **COMPILATIONS["fixed cache, XLA"]),
+            run_search(model, inputs, beam_size, use_cache=False)):
+        np.testing.assert_array_equal(ids.numpy(), want_ids)
+        np.testing.assert_allclose(scores.numpy(), want_scores, rtol=1e-5)
