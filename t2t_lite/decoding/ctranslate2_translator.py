@@ -64,21 +64,20 @@ class CTranslate2Search:
         folder: the exported model folder.
         tokens: the vocabulary's tokens in id order (vocabulary.tokens), the folder's too.
         search_hparams: beam_size, alpha (CTranslate2's length_penalty) and extra_length.
-        parallel_batches: batches searched at once (CTranslate2's inter_threads); each gets
-            `threads` threads (intra_threads; 0: the cores shared among them).
+        parallel_batches: batches searched at once (CTranslate2's inter_threads).
+        threads: the threads of each (intra_threads; the decoder's intra-op choice).
     """
 
     def __init__(self, folder: str, tokens: list, search_hparams, parallel_batches: int = 1,
-                 threads: int = 0):
+                 threads: int = 1):
         ctranslate2 = import_ctranslate2()
         self.max_positions = export_record(folder)["max_positions"]
         self.tokens = tokens
         self.ids = {token: i for i, token in enumerate(tokens)}
         self.search_hparams = search_hparams
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         self.translator = ctranslate2.Translator(
             folder, device="cpu", compute_type="default", inter_threads=parallel_batches,
-            intra_threads=threads or max(1, cores // parallel_batches))
+            intra_threads=threads)
 
     def __call__(self, rows: list):
         hp = self.search_hparams

@@ -441,7 +441,8 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
             model = None
             search_rows = CTranslate2Search(
                 ctranslate2_model, encoders["targets"].tokens, search_hparams,
-                parallel_batches_for(translator_hparams), (thread_pools or (0,))[0])
+                parallel_batches_for(translator_hparams),
+                (thread_pools or (0,))[0] or intra_op_threads_for(translator_hparams, len(lines)))
         else:
             model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
                                checkpoint_path)

@@ -66,15 +66,20 @@ class CTranslate2ExportError(UserError, ValueError):
     """The model has a setting CTranslate2 cannot represent, or the quantization is unknown."""
 
 
-def unrepresentable(hparams) -> list:
-    """The hparams settings CTranslate2's TransformerSpec has no layout for, each as
-    "name=value (why)"; [] when the model converts."""
+def _norm_layout(hparams) -> tuple:
+    """(layer_preprocess_sequence, layer_postprocess_sequence) without their dropout ("d"), a
+    no-op at inference: a key of NORM_LAYOUTS when CTranslate2 has the layout."""
     def without_dropout(sequence):
         return "" if sequence == "none" else sequence.replace("d", "")
 
-    layout = (without_dropout(hparams.layer_preprocess_sequence),
-              without_dropout(hparams.layer_postprocess_sequence))
-    if layout in NORM_LAYOUTS:
+    return (without_dropout(hparams.layer_preprocess_sequence),
+            without_dropout(hparams.layer_postprocess_sequence))
+
+
+def unrepresentable(hparams) -> list:
+    """The hparams settings CTranslate2's TransformerSpec has no layout for, each as
+    "name=value (why)"; [] when the model converts."""
+    if _norm_layout(hparams) in NORM_LAYOUTS:
         return []
     return [f"layer_preprocess_sequence={hparams.layer_preprocess_sequence!r} with "
             f"layer_postprocess_sequence={hparams.layer_postprocess_sequence!r} (CTranslate2 "
@@ -117,7 +122,7 @@ def _set_feed_forward(spec, layer, pre_norm):
     _set_dense(spec.linear_1, layer.feed_forward.output_dense)
 
 
-def _set_stack(spec, embedding, final, layers, pre_norm, timing_signal_table):
+def _set_stack(spec, embedding, final, pre_norm, timing_signal_table):
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = np.asarray(embedding.embeddings, np.float32)
     spec.scale_embeddings = True
@@ -133,15 +138,12 @@ def model_spec(model, tokens: dict, unknown_token: str):
     import_ctranslate2()
     from ctranslate2.specs import transformer_spec
     hp = model.hparams
-    pre_norm = NORM_LAYOUTS[tuple("" if s == "none" else s.replace("d", "") for s in (
-        hp.layer_preprocess_sequence, hp.layer_postprocess_sequence))]
+    pre_norm = NORM_LAYOUTS[_norm_layout(hp)]
     spec = transformer_spec.TransformerSpec.from_config(
         (hp.encoder_layers, hp.decoder_layers), hp.num_heads, pre_norm=pre_norm)
     table = np.asarray(timing_signal(POSITIONS, hp.hidden_size, hp.timing_signal), np.float32)
-    _set_stack(spec.encoder, model.source_embedding, model.encoder_final, model.encoder_stack,
-               pre_norm, table)
-    _set_stack(spec.decoder, model.target_embedding, model.decoder_final, model.decoder_stack,
-               pre_norm, table)
+    _set_stack(spec.encoder, model.source_embedding, model.encoder_final, pre_norm, table)
+    _set_stack(spec.decoder, model.target_embedding, model.decoder_final, pre_norm, table)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder_stack):
         _set_attention(layer_spec.self_attention, layer.self_attention,
                        layer.self_attention_connection, pre_norm, self_attention=True)
@@ -191,10 +193,10 @@ def export_ctranslate2(problem_name: str, model_name: str, hparams, data_dir: st
     # The spec takes float32 values and quantizes them itself, whatever the model trained in.
     model = decoder.load_model(model_name, hparams.replace(mixed_precision="float32"),
                                problem.vocab_size(data_dir), output_dir, checkpoint_path)
-    write_folder(model, encoders, export_dir, quantization, export_record={
-        "checkpoint": checkpoint_path, "quantization": quantization},
-        write_extras=lambda folder: save_run_description(folder, problem_name, model_name,
-                                                         hparams, vocabulary_record))
+    write_folder(model, encoders, export_dir, quantization,
+                 export_record={"checkpoint": checkpoint_path},
+                          write_extras=lambda folder: save_run_description(
+                     folder, problem_name, model_name, hparams, vocabulary_record))
     logging.info("exported %s to %s as a CTranslate2 model (%s)", checkpoint_path, export_dir,
                  quantization)
     return checkpoint_path

@@ -208,20 +208,29 @@ class RowCountingModel:
         return self.model.decode(decoder_input, *args, **kwargs)
 
 
+def search_counting_rows(model, inputs, beam_size):
+    """(ids, scores, the rows of every decoding step) of greedy (beam_size 1) or beam search
+    with extra_length 6."""
+    counting = RowCountingModel(model)
+    if beam_size == 1:
+        ids, scores = search.greedy_search(counting, inputs, extra_length=6)
+    else:
+        ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
+    return ids, scores, counting.rows_per_step
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_done_sentences_leave_the_batch_without_changing_any_output(model, inputs, beam_size):
     """Row 1's input is 4 tokens to the others' 7, so its limit comes 3 steps earlier: the
     steps after run on the other sentences' rows only, and every output stays as in the
     fixed-shape search, where no row leaves. Beam search's first step runs on one row per
     sentence (the beams all start from the start symbol), the next on K per sentence."""
-    counting = RowCountingModel(model)
+    ids, scores, rows_per_step = search_counting_rows(model, inputs, beam_size)
     if beam_size == 1:
-        ids, scores = search.greedy_search(counting, inputs, extra_length=6)
-        beam_rows = counting.rows_per_step
+        beam_rows = rows_per_step
     else:
-        ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
-        assert counting.rows_per_step[0] == 3
-        beam_rows = counting.rows_per_step[1:]
+        assert rows_per_step[0] == 3
+        beam_rows = rows_per_step[1:]
     assert beam_rows[0] == 3 * beam_size
     assert min(beam_rows) <= 2 * beam_size
     assert beam_rows == sorted(beam_rows, reverse=True)
@@ -396,13 +405,8 @@ def test_a_batch_shrinks_through_multiples_of_row_multiple_sentences(model, beam
     for row in range(6):
         inputs[row, :row + 1] = np.arange(2, row + 3) % VOCAB_SIZE
         inputs[row, row + 1] = EOS_ID
-    counting = RowCountingModel(model)
-    if beam_size == 1:
-        ids, scores = search.greedy_search(counting, inputs, extra_length=6)
-        rows = counting.rows_per_step
-    else:
-        ids, scores = search.beam_search(counting, inputs, beam_size, extra_length=6)
-        rows = counting.rows_per_step[1:]
+    ids, scores, rows_per_step = search_counting_rows(model, inputs, beam_size)
+    rows = rows_per_step if beam_size == 1 else rows_per_step[1:]  # after the first beam step
     sentences = [count // beam_size for count in rows]
     assert 5 not in sentences and {6, 4, 1} <= set(sentences)
     assert sentences == sorted(sentences, reverse=True)
