@@ -25,10 +25,6 @@ INSTALL_REQUIRES = [
     "importlib_resources==7.1.0",  # tensorflow-datasets imports it but declares it for Python < 3.9
     "tqdm==4.70.1",
 ]
-# OpenBLAS for the weight-gradient op (t2t_lite/blas), compiled with g++ on first use, where the
-# CPU tuning takes it: `pip install ".[blas]"`. Without it training uses TensorFlow's
-# matmul and compiles nothing.
-BLAS_REQUIRE = ["scipy-openblas32==0.3.34.481.3"]
 # CTranslate2 for `t2t_lite-exporter --format=ctranslate2` and `t2t_lite-decoder
 # --ctranslate2_model`: `pip install ".[ctranslate2]"`.
 CTRANSLATE2_REQUIRE = ["ctranslate2==4.8.5"]
@@ -41,13 +37,12 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=LIBRARY_PACKAGES + list(TOP_LEVEL_FOLDERS),
     package_dir=TOP_LEVEL_FOLDERS,
-    package_data={"t2t_lite.blas": ["blas_matmul.cc"]},  # compiled on first use
     install_requires=INSTALL_REQUIRES,
-    extras_require={"blas": BLAS_REQUIRE, "ctranslate2": CTRANSLATE2_REQUIRE,
+    extras_require={"ctranslate2": CTRANSLATE2_REQUIRE,
                     "test": ["pytest==9.0.3", "pytest-xdist==3.8.0", "execnet==2.1.2",
                              "build==1.6.1", "wheel==0.48.0",
                              "PyYAML==6.0.3"]  # reads back the eole peer's YAML
-                    + BLAS_REQUIRE + CTRANSLATE2_REQUIRE},
+                    + CTRANSLATE2_REQUIRE},
     entry_points={
         "console_scripts": [
             "t2t_lite-datagen=t2t_lite.bin.datagen:run",

@@ -20,21 +20,21 @@ import statistics
 import sys
 import time
 
-# TF_ENABLE_ONEDNN_OPTS as this program was started, before t2t_lite's start below asks for
-# oneDNN (t2t_lite/cpu_tuning.py): recorded only; onmt-main infer's is --peer_onednn's.
+# TF_ENABLE_ONEDNN_OPTS as the caller set it (t2t_lite's contestants run with it), recorded;
+# onmt-main infer's is --peer_onednn's.
 CALLER_ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 
 from t2t_lite.bin import common  # noqa: E402
 from t2t_lite.bin.common import FLAGS, flags, registry  # noqa: E402
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import ctranslate2_runtime  # noqa: E402  (benchmarks/peers/)
 from harness import PROBLEM, fmt  # noqa: E402
 
-from t2t_lite import cpu_tuning  # noqa: E402
 from t2t_lite.decoding import decoder  # noqa: E402
 from t2t_lite.run_description import saved_run  # noqa: E402
+from t2t_lite.training.trainer import cpu_multiplies_in_bfloat16  # noqa: E402
 
 CHILD = os.path.join(harness.BENCHMARKS, "decode_child.py")
 peer = harness.peer_module("opennmt_tf/run.py")
@@ -594,7 +594,7 @@ def print_tables(result: dict):
 
 
 def main(unused_argv):
-    bfloat16 = cpu_tuning.multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
+    bfloat16 = cpu_multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
     names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
         bfloat16 or name not in BFLOAT16) and name not in FLOAT32] if FLAGS.compare
         else [CACHED, UNCACHED])

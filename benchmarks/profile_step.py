@@ -7,7 +7,7 @@ pipeline (benchmarks/README.md, profile_step.py).
 Without XLA (which fuses the step into clusters the profiler cannot split), with the kernels
 this process loaded: --steps steps under tf.profiler, self time by operation type, grouped;
 each dense-layer shape's rate alone; the input pipeline alone; and the step's products alone
-(each on operands of its own and on the step's kernel) in rounds alternating with the whole
+(each by tf.matmul on operands of its own) in rounds alternating with the whole
 steps, whose model FLOPs over their time, against the run's best float32 matmul rate, is the
 highest MFU a step made of its products reaches here.
 """
@@ -23,7 +23,7 @@ import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import matmul_rates  # noqa: E402
@@ -31,8 +31,6 @@ import training_run  # noqa: E402
 from harness import PROBLEM  # noqa: E402
 
 import tensorflow as tf  # noqa: E402  (after common: its quiet start)
-
-from t2t_lite.blas import matmul as blas  # noqa: E402
 
 # Operation types, first match wins: TensorFlow's names and oneDNN's (_MklMatMul,
 # _MklFusedMatMul, _MklBatchMatMulV2, _MklSoftmax, _MklLayerNorm, ...).
@@ -100,24 +98,23 @@ def matmul_flops(batch, hparams, vocab_size):
 
 def step_products(batch, hparams, vocab_size) -> list:
     """One training step's matrix products on `batch` as (a's shape, b's shape, transpose_a,
-    transpose_b, through blas.matmul), each on the step's kernel: a dense layer's x W and dy W^T
-    by tf.matmul, x^T dy by blas.matmul; the pre-softmax projection h E^T by tf.matmul and its
-    e E and e^T h by blas.matmul, in chunks of output_layer_chunk_rows real targets; each
-    attention's q k^T, w v and their four gradient products by tf.matmul."""
+    transpose_b): a dense layer's x W, dy W^T and x^T dy; the pre-softmax projection h E^T and
+    its e E and e^T h, in chunks of output_layer_chunk_rows real targets; each attention's
+    q k^T, w v and their four gradient products."""
     products = []
     for (m, k, n), count in training_run.dense_shapes(batch, hparams, vocab_size).items():
         if (k, n) != (hparams.hidden_size, vocab_size):  # the pre-softmax projection: below
-            products += [((m, k), (k, n), False, False, False),
-                         ((m, n), (k, n), False, True, False),
-                         ((m, k), (m, n), True, False, True)] * count
+            products += [((m, k), (k, n), False, False),
+                         ((m, n), (k, n), False, True),
+                         ((m, k), (m, n), True, False)] * count
     d = hparams.hidden_size
     real_targets = int((batch["targets"].numpy() != 0).sum())
     chunk_rows = getattr(hparams, "output_layer_chunk_rows", 0) or real_targets
     for start in range(0, real_targets, chunk_rows):
         rows = min(chunk_rows, real_targets - start)
-        products += [((rows, d), (vocab_size, d), False, True, False),
-                     ((rows, vocab_size), (vocab_size, d), False, False, True),
-                     ((rows, vocab_size), (rows, d), True, False, True)]
+        products += [((rows, d), (vocab_size, d), False, True),
+                     ((rows, vocab_size), (vocab_size, d), False, False),
+                     ((rows, vocab_size), (rows, d), True, False)]
     batch_rows, source = batch["inputs"].shape
     target, heads = batch["targets"].shape[1], hparams.num_heads
     for queries, keys, layers in ((source, source, hparams.encoder_layers),
@@ -125,9 +122,9 @@ def step_products(batch, hparams, vocab_size) -> list:
                                   (target, source, hparams.decoder_layers)):
         q, kv, w = ((batch_rows, heads, length, width) for length, width in (
             (queries, d // heads), (keys, d // heads), (queries, keys)))
-        products += [(q, kv, False, True, False), (w, kv, False, False, False),
-                     (q, kv, False, True, False), (w, q, True, False, False),
-                     (w, kv, False, False, False), (w, q, True, False, False)] * layers
+        products += [(q, kv, False, True), (w, kv, False, False),
+                     (q, kv, False, True), (w, q, True, False),
+                     (w, kv, False, False), (w, q, True, False)] * layers
     return products
 
 
@@ -135,7 +132,7 @@ def product_flops(products) -> int:
     """2 · m · k · n of each product, times its leading (batch) dimensions, summed: 2 · n times
     the size of a, whichever way it is transposed."""
     return sum(2 * math.prod(a) * (b[-2] if transpose_b else b[-1])
-               for a, b, _, transpose_b, _ in products)
+               for a, b, _, transpose_b in products)
 
 
 @tf.function(reduce_retracing=False)
@@ -143,22 +140,19 @@ def _run_products(operands, plan):
     """Every product of `plan` on its own pair of `operands`; one element of each, summed, so
     that all are computed and read back."""
     picked = []
-    for (a, b), (_, _, transpose_a, transpose_b, through_blas) in zip(operands, plan):
-        multiply = blas.matmul if through_blas else tf.matmul
-        picked.append(tf.reshape(multiply(a, b, transpose_a=transpose_a,
-                                          transpose_b=transpose_b), [-1])[0])
+    for (a, b), (_, _, transpose_a, transpose_b) in zip(operands, plan):
+        picked.append(tf.reshape(tf.matmul(a, b, transpose_a=transpose_a,
+                                           transpose_b=transpose_b), [-1])[0])
     return tf.add_n(picked)
 
 
 def products_seconds(products) -> float:
-    """Seconds of `_run_products` on fresh random operands (made before the clock starts),
-    traced and run with the BLAS op allowed, as in a training step."""
+    """Seconds of `_run_products` on fresh random operands (made before the clock starts)."""
     operands = [(tf.random.uniform(a, -1, 1), tf.random.uniform(b, -1, 1))
-                for a, b, _, _, _ in products]
-    with blas.allowed():
-        _run_products.get_concrete_function(operands, tuple(products))  # once per batch shape
-        start = time.perf_counter()
-        _run_products(operands, tuple(products)).numpy()
+                for a, b, _, _ in products]
+    _run_products.get_concrete_function(operands, tuple(products))  # once per batch shape
+    start = time.perf_counter()
+    _run_products(operands, tuple(products)).numpy()
     return time.perf_counter() - start
 
 

@@ -15,7 +15,7 @@ import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import race_report  # noqa: E402

@@ -22,16 +22,14 @@ import time
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import matmul_rates  # noqa: E402
 import training_run  # noqa: E402
 from harness import ONEDNN, PROBLEM, fmt  # noqa: E402
 import t2t_lite  # noqa: E402
-from t2t_lite import cpu_tuning  # noqa: E402
-from t2t_lite.blas.matmul import SWITCH_VARIABLE as BLAS  # noqa: E402
-from t2t_lite.training.trainer import mixed_precision_for  # noqa: E402
+from t2t_lite.training.trainer import cpu_multiplies_in_bfloat16, mixed_precision_for  # noqa: E402
 
 COUNT_TOLERANCE = 0.02  # the trainer's target tokens/s against the count of the same window
 OWN_THREADS = [0, 0]  # a toolkit's own choice of threads: TensorFlow's, or torch's defaults
@@ -41,13 +39,14 @@ MODES = {  # name: (XLA, hparams.length_bucketing)
     "no_xla_each": (False, "each"),  # source and target lengths bucketed apart: less padding
 }
 # The peers in each round's order, as their users run them and with t2t_lite's threads;
-# "train_log": where its TensorFlow says whether it loaded oneDNN. OpenNMT-tf's users' empty
-# TF_ENABLE_ONEDNN_OPTS survives run.py's t2t_lite import (which sets an absent one to 1) and is
-# TensorFlow's default; TF_CPP_MIN_LOG_LEVEL=0 keeps the oneDNN line in its log.
+# "train_log": where its TensorFlow says whether it loaded oneDNN. OpenNMT-tf's users run
+# TensorFlow's default oneDNN choice (TF_ENABLE_ONEDNN_OPTS unset); with t2t_lite's settings it
+# gets this process's environment, as t2t_lite's contestants do. TF_CPP_MIN_LOG_LEVEL=0 keeps
+# the oneDNN line in its log.
 PEERS = {
     "opennmt_tf": {"name": "OpenNMT-tf", "train_log": "train.log", "variants": [
-        ("as users run it", "own", {ONEDNN: "", "TF_CPP_MIN_LOG_LEVEL": "0"}),
-        ("t2t_lite's TF settings", "t2t_lite", {ONEDNN: "1", "TF_CPP_MIN_LOG_LEVEL": "0"})]},
+        ("as users run it", "own", {ONEDNN: None, "TF_CPP_MIN_LOG_LEVEL": "0"}),
+        ("t2t_lite's TF settings", "t2t_lite", {"TF_CPP_MIN_LOG_LEVEL": "0"})]},
     "eole": {"name": "eole", "train_log": None, "variants": [
         ("as its users run it", "own", {}), ("with t2t_lite's thread settings", "t2t_lite", {})]},
 }
@@ -65,11 +64,9 @@ flags.DEFINE_list("modes", ["no_xla_each"], "t2t_lite contestants, of: " + ", ".
 flags.DEFINE_boolean("compare", False, "Add every peer of --peers as two contestants: as its "
                      "users run it, and with t2t_lite's settings.")
 flags.DEFINE_list("peers", list(PEERS), "The peers --compare adds, of: " + ", ".join(PEERS))
-flags.DEFINE_boolean("onednn_compare", None, "Add the first of --modes on TensorFlow's default "
-                     "(Eigen) routines (TF_ENABLE_ONEDNN_OPTS=0). Default: on with --compare.")
-flags.DEFINE_boolean("blas_compare", None, "Add the first of --modes on the other side of the "
-                     "weight-gradient choice of the CPU tuning (T2T_LITE_BLAS). Default: on with "
-                     "--compare.")
+flags.DEFINE_boolean("onednn_compare", None, "Add the first of --modes with TensorFlow's oneDNN "
+                     "switched the other way (TF_ENABLE_ONEDNN_OPTS=0 where it is on here, else "
+                     "1). Default: on with --compare.")
 flags.DEFINE_boolean("precision_compare", None, "Add the first of --modes in the other "
                      "precision: float32 where it trains in bfloat16 (mixed_precision=auto on a "
                      "CPU with AVX512_BF16 or AMX), else bfloat16. Default: on with --compare "
@@ -94,25 +91,19 @@ def contestants() -> list:
         FLAGS.modes[0]
 
     def ours(name, mode, environment=None, hparams=None):
-        # oneDNN as the project's default (t2t_lite/cpu_tuning.py) unless set here
+        # this process's environment: TensorFlow's oneDNN choice, or the caller's switch
         return {"name": name, "kind": "t2t_lite", "ours": True, "mode": mode, "hparams": hparams,
-                "environment": {ONEDNN: None, **(environment or {})}, "threads": threads,
+                "environment": environment or {}, "threads": threads,
                 "precision": precision(hparams)}
 
     result = [ours(f"t2t_lite {mode}", mode) for mode in FLAGS.modes]
-    if default_on(FLAGS.precision_compare, FLAGS.compare and cpu_tuning.multiplies_in_bfloat16()):
+    if default_on(FLAGS.precision_compare, FLAGS.compare and cpu_multiplies_in_bfloat16()):
         other = "float32" if result[0]["precision"] == "bfloat16" else "bfloat16"
         result.append(ours(f"t2t_lite {first} {other}", first, hparams=f"mixed_precision={other}"))
-    # the other side of the weight-gradient choice the defaults made on this CPU
-    applied = cpu_tuning.applied()
-    blas_chosen = applied is None or applied.choice.blas_weight_gradients
-    if default_on(FLAGS.blas_compare, FLAGS.compare) and MODES[first][0]:
-        print(f"--blas_compare left out: {first} uses XLA, which never runs the op")
-    elif default_on(FLAGS.blas_compare, FLAGS.compare):
-        result.append(ours(f"t2t_lite {first} {'no' if blas_chosen else 'with'} BLAS", first,
-                           {BLAS: "0" if blas_chosen else "1"}))
     if default_on(FLAGS.onednn_compare, FLAGS.compare):
-        result.append(ours(f"t2t_lite {first} Eigen", first, {ONEDNN: "0"}))
+        onednn = harness.onednn_enabled()  # as TensorFlow loaded here, and in the contestants
+        result.append(ours(f"t2t_lite {first} oneDNN {'off' if onednn else 'on'}", first,
+                           {ONEDNN: "0" if onednn else "1"}))
     for key in FLAGS.peers if FLAGS.compare else []:
         result += peer_contestants(key, threads)
     return result
@@ -377,9 +368,7 @@ def main(unused_argv):
                   "matmul_runs")},
               "threads": {"intra_op": FLAGS.intra_op_parallelism_threads,
                           "inter_op": FLAGS.inter_op_parallelism_threads},
-              "machine": harness.machine(),
-              "cpu_tuning": cpu_tuning.applied() and cpu_tuning.applied().line()}
-    print(result["cpu_tuning"] or "CPU tuning: TensorFlow's defaults", flush=True)
+              "machine": harness.machine()}
     entries = contestants()
 
     # What the trainer's lines leave out, from the same model and batches: the parameter

@@ -1,10 +1,10 @@
-"""What every t2t_lite program shares: its start (the CPU tuning, then a quiet TensorFlow),
-the run flags, and errors that end the program with one clear line instead of a traceback.
+"""What every t2t_lite program shares: its start (a quiet TensorFlow), the run flags, and
+errors that end the program with one clear line instead of a traceback.
 
 Importing this module, or a program's, changes nothing in the process: no environment
 variable, no file descriptor, no TensorFlow. A program's `run()` calls `start`, which does it
-all in the order it needs; a library user in Python chooses the same tuning with
-`t2t_lite.cpu_tuning.apply()`.
+all in the order it needs. TensorFlow's own defaults choose the CPU kernels (oneDNN or not:
+TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
 import os
@@ -12,35 +12,26 @@ import sys
 
 from absl import app, flags, logging
 
-from t2t_lite import cpu_tuning, registry
+from t2t_lite import registry
 from t2t_lite.errors import FlagError, UserError
 
 FLAGS = flags.FLAGS
 
 
-def start(main, define_flags, may_measure: bool = False):
+def start(main, define_flags):
     """Runs a program: `load_tensorflow`, then `define_flags()` (flags may take the library's
-    defaults, which load TensorFlow), then `main` through `run_main`. Only the trainer passes
-    `may_measure`: the other programs take the cached CPU tuning or today's default, since
-    only its oneDNN part matters to them and they run too briefly to pay for a measurement."""
-    load_tensorflow(may_measure)
+    defaults, which load TensorFlow), then `main` through `run_main`."""
+    load_tensorflow()
     define_flags()
     run_main(main)
 
 
-def load_tensorflow(may_measure: bool = False):
-    """A program's first step, before anything loads TensorFlow: its CPU tuning
-    (`cpu_tuning.apply` of --cpu_tuning on the command line, else T2T_LITE_CPU_TUNING,
-    which sets TF_ENABLE_ONEDNN_OPTS; a setting that names nothing ends the program with one
-    error line), TensorFlow's native logging quiet (TF_CPP_MIN_LOG_LEVEL=3 unless set), then
-    TensorFlow loaded with the native stderr closed (`_native_stderr_silenced`). Scripts that
-    share the programs' start (benchmarks/) call it first."""
+def load_tensorflow():
+    """A program's first step, before anything loads TensorFlow: TensorFlow's native logging
+    quiet (TF_CPP_MIN_LOG_LEVEL=3 unless set), then TensorFlow loaded with the native stderr
+    closed (`_native_stderr_silenced`). Scripts that share the programs' start (benchmarks/)
+    call it first."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    try:  # before TensorFlow loads: it reads TF_ENABLE_ONEDNN_OPTS once
-        cpu_tuning.apply(cpu_tuning.setting_from_argv(sys.argv), may_measure=may_measure,
-                            announce=False)
-    except cpu_tuning.SettingError as error:
-        exit_with_error(str(error))
     with _native_stderr_silenced():
         import tensorflow as tf
         tf.config.list_physical_devices()
@@ -103,32 +94,10 @@ def define_thread_flags():
 
 
 def set_threads_from_flags():
-    """Sizes the thread pools; must run before TensorFlow executes any operation. Without
-    --inter_op_parallelism_threads, inter_op is the CPU tuning's (cpu_tuning)."""
+    """Sizes the thread pools; must run before TensorFlow executes any operation."""
     import tensorflow as tf
-    inter_op = FLAGS.inter_op_parallelism_threads
-    if not FLAGS["inter_op_parallelism_threads"].present:
-        inter_op = cpu_tuning.current().choice.inter_op_threads
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_parallelism_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
-
-
-def define_cpu_tuning_flag():
-    """--cpu_tuning, read from the command line before TensorFlow loads (cpu_tuning)."""
-    flags.DEFINE_string(
-        "cpu_tuning", None,
-        "How training is tuned to the CPU: auto (the default: measured once for this CPU model and "
-        "TensorFlow version, about 20 s, and cached), measure (again), cached (never measure), "
-        "default (oneDNN on x86-64, the BLAS weight gradients where the op can be built, "
-        "inter_op 0), or onednn or eigen "
-        "with, joined by +, blas and inter_op1 (e.g. onednn+blas). The environment variable "
-        f"{cpu_tuning.SETTING_VARIABLE} sets it for every program; TF_ENABLE_ONEDNN_OPTS, "
-        "T2T_LITE_BLAS and --inter_op_parallelism_threads win over it.")
-    flags.register_validator(
-        "cpu_tuning", lambda value: value is None or value == cpu_tuning.setting_from_argv(
-            sys.argv),
-        message="--cpu_tuning acts before TensorFlow loads: give it on the command line, not "
-                "in a --flagfile")
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_parallelism_threads)
 
 
 def hparams_from_flags():
@@ -212,8 +181,6 @@ def run_main(main):
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()
-        if cpu_tuning.applied():
-            logging.info("%s", cpu_tuning.applied().line())
         try:
             return main(argv)
         except UserError as error:

@@ -16,7 +16,7 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 
 # The rest of the library is imported in the functions below: it loads TensorFlow, which
-# common.start loads first, once the CPU tuning is chosen.
+# common.start loads first, quietly.
 
 
 def define_flags():

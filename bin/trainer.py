@@ -13,7 +13,7 @@ from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 
 # The rest of the library is imported in the functions below: it loads TensorFlow, which
-# common.start loads first, once the CPU tuning is chosen.
+# common.start loads first, quietly.
 
 
 def define_flags():
@@ -23,7 +23,6 @@ def define_flags():
     common.define_problem_flags()
     common.define_model_flags()
     common.define_thread_flags()
-    common.define_cpu_tuning_flag()
     flags.DEFINE_integer("train_steps", defaults.train_steps, "Total optimizer updates.",
                          lower_bound=1)
     flags.DEFINE_float("train_minutes", defaults.train_minutes, "Stop after this many minutes "
@@ -84,7 +83,7 @@ def main(argv):
 
 
 def run():
-    common.start(main, define_flags, may_measure=True)  # the one program that measures
+    common.start(main, define_flags)
 
 
 if __name__ == "__main__":

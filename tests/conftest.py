@@ -1,16 +1,11 @@
-"""Test settings: quiet TensorFlow on the CPU tuning the programs use (oneDNN), and the shared
-Multi30k folder when it is there."""
+"""Test settings: quiet TensorFlow, on its own choice of CPU kernels as the programs run it,
+and the shared fixtures."""
 import os
 import socket
 
 import pytest
 
-from t2t_lite import cpu_tuning
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Today's default, never a measurement inside a test (the tests of the choice set it)
-os.environ.setdefault("T2T_LITE_CPU_TUNING", "default")
-cpu_tuning.prefer_onednn()  # the oneDNN setting the programs run with
 
 
 @pytest.fixture
@@ -27,21 +22,6 @@ def free_ports():
             for sock in sockets:
                 sock.close()
     return pick
-
-
-@pytest.fixture(scope="session")
-def blas_op():
-    """The BLAS matmul op library (t2t_lite/blas), built on first use. The test is skipped where
-    no C++ compiler or OpenBLAS is installed (t2t_lite then trains with TensorFlow's matmul),
-    and fails where they are but the op does not build or load."""
-    from t2t_lite.blas import library
-    try:
-        library.compile_command()
-    except library.BuildError as missing:
-        pytest.skip(f"the BLAS matmul op cannot be built here: {missing}")
-    loaded = library.load()
-    assert loaded is not None, "the BLAS matmul op did not build or load: see the warning logged"
-    return loaded
 
 
 @pytest.fixture(scope="session")

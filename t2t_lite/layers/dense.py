@@ -1,12 +1,8 @@
-"""The dense projection of the attention and feed-forward layers: `keras.layers.Dense`, with two
-other ways to compute its products that give the same values.
+"""The dense projection of the attention and feed-forward layers: `keras.layers.Dense`, with
+another way to compute its product in decoding steps that gives the same values.
 
 y = x W + b over the last axis, as Keras computes it (the same variables, names and config).
 
-- Training: when the training step allows the BLAS op (`t2t_lite.blas.matmul`), the gradient
-  with respect to W, x^T dy summed over every position of the batch, is computed through it:
-  TensorFlow's own CPU matmul runs that product, long in its inner dimension, at about half the
-  rate of its forward product (benchmarks/README.md, "blas_speed.py").
 - Decoding steps: within `decoding_layout.transposed_for_decoding(...)`, a call on one position
   per row (x of rank 2) multiplies a square or widening kernel as x (W^T)^T, from the W^T
   made there (layers/decoding_layout.py says why).
@@ -14,7 +10,6 @@ y = x W + b over the last axis, as Keras computes it (the same variables, names 
 import keras
 import tensorflow as tf
 
-from t2t_lite.blas import matmul as blas
 from t2t_lite.layers import decoding_layout
 
 
@@ -28,14 +23,7 @@ class Dense(keras.layers.Dense):
         if transposed is not None and inputs.shape.rank == 2:
             outputs = tf.matmul(inputs, tf.cast(transposed, inputs.dtype), transpose_b=True)
             return self._bias_and_activation(outputs)
-        if not blas.in_use(inputs):  # (the kernel, cast to the inputs' dtype, follows them)
-            return super().call(inputs, training=training)
-        kernel = tf.convert_to_tensor(self.kernel)
-        rows = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        outputs = tf.reshape(_product_with_blas_kernel_gradient(rows, kernel),
-                             tf.concat([tf.shape(inputs)[:-1], [self.units]], axis=0))
-        outputs.set_shape(inputs.shape[:-1].concatenate([self.units]))
-        return self._bias_and_activation(outputs)
+        return super().call(inputs, training=training)
 
     def _bias_and_activation(self, outputs):
         if self.bias is not None:
@@ -44,13 +32,3 @@ class Dense(keras.layers.Dense):
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs
-
-
-@tf.custom_gradient
-def _product_with_blas_kernel_gradient(rows, kernel):
-    """rows [n, d_in] @ kernel [d_in, d_out], with d/d kernel = rows^T dy through blas.matmul."""
-    def gradient(upstream):
-        return (tf.matmul(upstream, kernel, transpose_b=True),
-                blas.matmul(rows, upstream, transpose_a=True))
-
-    return tf.matmul(rows, kernel), gradient

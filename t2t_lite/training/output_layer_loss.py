@@ -17,13 +17,10 @@ cross entropy of logits z against the smoothed targets q is
     CE = logsumexp(z) - c * z_y - low * (sum_j z_j - z_y),
 and its gradient with respect to z is softmax(z) - q. Both match `losses.smoothed_cross_entropy`
 to float32 rounding (tests/training/test_output_layer_loss.py). The projection runs in float32
-as `TokenEmbedding(reverse=True)` does, also under mixed precision. The two gradient products
-go through `t2t_lite.blas.matmul` (OpenBLAS on a CPU when the training step allows it: e^T h is
-the transposed, long-inner-dimension kind of product TensorFlow's CPU matmul runs slowly).
+as `TokenEmbedding(reverse=True)` does, also under mixed precision.
 """
 import tensorflow as tf
 
-from t2t_lite.blas import matmul as blas
 from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.training import losses
 
@@ -110,14 +107,14 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
             #   G^T h = e^T (s * h) - low * sum_rows(real * h) - (c - low) * (real * h) at y
             row_scale = real / exp_sum
             target_weight = (confidence - low) * real
-            chunk_row_gradients = (row_scale[:, None] * blas.matmul(exp_shifted, weights)
+            chunk_row_gradients = (row_scale[:, None] * tf.matmul(exp_shifted, weights)
                                    - (low * real)[:, None] * weight_column_sums[None, :]
                                    - target_weight[:, None] * tf.gather(weights, y))
             row_gradients = tf.tensor_scatter_nd_update(
                 row_gradients, (start + offsets)[:, None], chunk_row_gradients)
             real_h = real[:, None] * h
             weight_gradients += (
-                blas.matmul(exp_shifted, row_scale[:, None] * h, transpose_a=True)
+                tf.matmul(exp_shifted, row_scale[:, None] * h, transpose_a=True)
                 - low * tf.reduce_sum(real_h, axis=0)[None, :]
                 - tf.math.unsorted_segment_sum(target_weight[:, None] * h, y, vocab_size))
         return chunk + 1, loss_sum, correct, row_gradients, weight_gradients

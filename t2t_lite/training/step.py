@@ -25,7 +25,6 @@ positions) reduced over replicas, from which the caller forms token-weighted ave
 """
 import tensorflow as tf
 
-from t2t_lite.blas import matmul as blas
 from t2t_lite.layers.dropout import masks_of_batch
 from t2t_lite.training import losses, output_layer_loss
 
@@ -42,8 +41,7 @@ class TrainingSteps:
     sets `stop_at_once` as well (a signal) stops training without the epoch's evaluation.
     """
 
-    def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True,
-                 blas_weight_gradients: bool = True):
+    def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
         self.model = model
         self.optimizer = optimizer
         self.hparams = hparams
@@ -52,9 +50,6 @@ class TrainingSteps:
         self.stop_at_once = False
         self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
         self.batches_trained = None  # counted from the optimizer's step at the first batch
-        # The weight gradients through OpenBLAS where t2t_lite.blas can (a CPU, float32), unless
-        # XLA compiles the step: XLA cannot compile that op.
-        self.blas_weight_gradients = blas_weight_gradients and not jit_compile
         self.jit_compile = jit_compile  # XLA needs the output layer's chunks of one shape
         if not optimizer.built:  # its slots must be created in the strategy's scope
             with self.strategy.scope():
@@ -110,8 +105,8 @@ class TrainingSteps:
 
     def _loss_and_gradients(self, features, global_tokens, batch_number=None):
         # Here, inside the replica's function: MirroredStrategy traces each replica in a thread
-        # of its own, which does not inherit the permission and the batch (context variables).
-        with blas.allowed(self.blas_weight_gradients), masks_of_batch(batch_number):
+        # of its own, which does not inherit the batch (a context variable).
+        with masks_of_batch(batch_number):
             with tf.GradientTape() as tape:
                 counts = self._counts(features, training=True)
                 loss = self.optimizer.scale_loss(

@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, cpu_tuning, output_paths, registry
+from t2t_lite import checkpoints, output_paths, registry
 from t2t_lite.errors import UserError
 from t2t_lite.models.building import build_model
 from t2t_lite.output_lock import OutputLock
@@ -84,16 +84,30 @@ def length_bucketing_for(hparams, jit_compile: bool) -> str:
     return "longer" if jit_compile else "each"
 
 
+def cpu_multiplies_in_bfloat16(cpu_flags=None) -> bool:
+    """Whether the CPU has bfloat16 matmul instructions (AVX512_BF16, or AMX), which oneDNN
+    uses for bfloat16 products: `cpu_flags` (names as /proc/cpuinfo's "flags" line gives them),
+    else that line read here (False where there is none)."""
+    if cpu_flags is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+                flags_line = next((line for line in cpuinfo if line.startswith("flags")), "")
+        except OSError:
+            flags_line = ""
+        cpu_flags = flags_line.partition(":")[2].split()
+    return bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags))
+
+
 def mixed_precision_for(hparams, strategy) -> str:
     """hparams.mixed_precision, with "auto" resolved: bfloat16 when every device of the step is
-    a CPU with bfloat16 matmul instructions (cpu_tuning.multiplies_in_bfloat16), else float32.
+    a CPU with bfloat16 matmul instructions (cpu_multiplies_in_bfloat16), else float32.
     On a Zen 4 EPYC transformer_small then trains 1.26-1.35 times as fast; its test BLEU at
     1,500 updates was within 0.3 of float32's (docs/benchmarks.md); float32 stays the choice
     on GPUs (where t2t made mixed precision the user's choice) and on CPUs without them."""
     if hparams.mixed_precision != "auto":
         return hparams.mixed_precision
     on_cpus = not xla_pays(strategy)  # no GPU or TPU among the step's devices
-    return "bfloat16" if on_cpus and cpu_tuning.multiplies_in_bfloat16() else "float32"
+    return "bfloat16" if on_cpus and cpu_multiplies_in_bfloat16() else "float32"
 
 
 # The hparams a resumed run may change: they change neither the variables, nor the function

@@ -1,11 +1,10 @@
-"""The projection layer is keras.layers.Dense: the same variables, config and values; where the
-BLAS op is allowed, the same gradients, with the kernel's gradient through the BLAS op."""
+"""The projection layer is keras.layers.Dense: the same variables, config, values and
+gradients."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.blas import matmul as blas
 from t2t_lite.layers.dense import Dense
 
 INPUT_SHAPE = (3, 5, 8)
@@ -23,26 +22,23 @@ def twin_layers(**arguments):
     return ours, theirs
 
 
-def values_and_gradients(layer, x, allow_blas):
+def values_and_gradients(layer, x):
     @tf.function
     def run(x):
-        with blas.allowed(allow_blas):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = layer(x)
-                loss = tf.reduce_sum(y * tf.cos(y))  # a non-uniform upstream gradient
-            return y, tape.gradient(loss, [x] + layer.trainable_weights)
-    return run, run(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.cos(y))  # a non-uniform upstream gradient
+        return y, tape.gradient(loss, [x] + layer.trainable_weights)
+    return run(x)
 
 
 @pytest.mark.parametrize("arguments", [dict(activation="relu"), dict(use_bias=False)])
-def test_same_values_and_gradients_as_keras_dense(blas_op, arguments):
+def test_same_values_and_gradients_as_keras_dense(arguments):
     ours, theirs = twin_layers(**arguments)
     x = tf.constant(np.random.default_rng(1).normal(size=INPUT_SHAPE).astype(np.float32))
-    _, (want, want_gradients) = values_and_gradients(theirs, x, allow_blas=False)
-    run, (got, got_gradients) = values_and_gradients(ours, x, allow_blas=True)
-    ops = {op.type for op in run.get_concrete_function(x).graph.get_operations()}
-    assert "T2tLiteBlasMatMul" in ops  # the kernel gradient went through the BLAS op
+    want, want_gradients = values_and_gradients(theirs, x)
+    got, got_gradients = values_and_gradients(ours, x)
     assert got.shape == want.shape == (3, 5, 6)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
     for got_gradient, want_gradient in zip(got_gradients, want_gradients):
@@ -50,16 +46,11 @@ def test_same_values_and_gradients_as_keras_dense(blas_op, arguments):
                                    atol=1e-5)
 
 
-def test_without_blas_it_is_keras_dense_and_keeps_its_variables_and_config():
+def test_it_keeps_keras_dense_variables_and_config():
     ours, theirs = twin_layers(activation="relu")
-    x = tf.constant(np.random.default_rng(2).normal(size=INPUT_SHAPE).astype(np.float32))
-    run, _ = values_and_gradients(ours, x, allow_blas=False)
-    ops = {op.type for op in run.get_concrete_function(x).graph.get_operations()}
-    assert "T2tLiteBlasMatMul" not in ops
     assert [w.path.split("/")[-1] for w in ours.weights] == ["kernel", "bias"]
     config = ours.get_config()
     assert {k: v for k, v in config.items() if k != "name"} == {
         k: v for k, v in theirs.get_config().items() if k != "name"}
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(ours))
     assert isinstance(restored, Dense)
-

@@ -6,7 +6,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from t2t_lite import cpu_tuning, registry
+from t2t_lite import registry
 from t2t_lite.models.building import build_model
 from t2t_lite.run_description import saved_run
 from t2t_lite.training import trainer
@@ -21,18 +21,19 @@ def tiny(overrides: str = ""):
 
 
 def cpu_with_bfloat16(monkeypatch, has_it: bool):
-    monkeypatch.setattr(cpu_tuning, "multiplies_in_bfloat16", lambda host=None: has_it)
+    monkeypatch.setattr(trainer, "cpu_multiplies_in_bfloat16", lambda cpu_flags=None: has_it)
 
 
-@pytest.mark.parametrize("features, has_it", [
-    (["AVX2"], False),  # Zen 3
-    (["AVX2", "AVX-512"], False),  # AVX-512 without its bfloat16 instructions
-    (["AVX2", "AVX-512", "AVX512_BF16"], True),  # Zen 4
-    (["AVX2", "AVX-512", "AVX512_BF16", "AMX"], True),  # Sapphire Rapids
+@pytest.mark.parametrize("cpu_flags, has_it", [
+    (["avx2"], False),  # Zen 3
+    (["avx2", "avx512f"], False),  # AVX-512 without its bfloat16 instructions
+    (["avx2", "avx512f", "avx512_bf16"], True),  # Zen 4
+    (["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"], True),  # Sapphire Rapids
+    (["amx_tile", "amx_bf16"], True),  # AMX alone
     ([], False),  # no x86 flags
 ])
-def test_which_cpus_multiply_in_bfloat16(features, has_it):
-    assert cpu_tuning.multiplies_in_bfloat16({"features": features}) is has_it
+def test_which_cpus_multiply_in_bfloat16(cpu_flags, has_it):
+    assert trainer.cpu_multiplies_in_bfloat16(cpu_flags) is has_it
 
 
 @pytest.mark.parametrize("requested, has_it, trained_in", [

@@ -68,15 +68,13 @@ def batch():
 
 def op_dtypes(function, *args) -> collections.Counter:
     """Counter of (op type, dtype) of the traced `function`'s ops, those of the functions it
-    calls (the output layer's loop) included; the BLAS op, float32 only, counts as float32."""
+    calls (the output layer's loop) included."""
     graph = function.get_concrete_function(*args).graph.as_graph_def()
     nodes = list(graph.node) + [node for body in graph.library.function
                                 for node in body.node_def]
     return collections.Counter(
-        (node.op, "float32" if node.op == "T2tLiteBlasMatMul"
-         else tf.as_dtype(node.attr["T"].type).name)
-        for node in nodes if node.op == "T2tLiteBlasMatMul"
-        or ("T" in node.attr and node.attr["T"].type))
+        (node.op, tf.as_dtype(node.attr["T"].type).name)
+        for node in nodes if "T" in node.attr and node.attr["T"].type)
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])
@@ -98,17 +96,6 @@ def test_a_bfloat16_step_multiplies_in_bfloat16_and_keeps_float32_where_it_matte
     assert ops[("MatMul", "bfloat16")] == 3 * len(dense)
     for op in ("Softmax", "Exp", "Log", "Rsqrt"):
         assert {dtype for (kind, dtype) in ops if kind == op} == {"float32"}, op
-
-
-def test_without_xla_the_blas_op_takes_the_output_layers_float32_products_only(blas_op):
-    """The BLAS op runs on float32 operands only: under bfloat16 it takes the fused output
-    layer's two gradient products (in float32 there) and the dense layers' bfloat16 kernel
-    gradients keep TensorFlow's kernels."""
-    steps = steps_of("bfloat16", jit_compile=False)
-    features, tokens = batch()
-    ops = op_dtypes(steps.replica_gradients, features, tokens)
-    assert ops[("T2tLiteBlasMatMul", "float32")] == 2
-    assert ops[("MatMul", "bfloat16")] == 3 * 16
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])

@@ -55,7 +55,7 @@ from importlib import metadata
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags, registry
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 from t2t_lite.data.problem import TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402

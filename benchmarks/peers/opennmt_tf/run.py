@@ -85,7 +85,7 @@ from importlib import metadata
 
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-common.load_tensorflow()  # the programs' start: CPU tuning, then a quiet TensorFlow
+common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
 from t2t_lite.decoding import decoder  # noqa: E402
