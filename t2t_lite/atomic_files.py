@@ -13,21 +13,13 @@ A write that fails, in the block or in the final rename, removes the temporary: 
 fails a `tf.io.gfile.GFile` at `write` when the data exceeds its buffer and else at `close`
 (ResourceExhaustedError "No space left on device"), and on gs:// a rename is a copy, which
 can fail too.
-
-TensorFlow is imported by the functions that use `tf.io.gfile`, not by this module, so that
-`local_atomic_write` serves code that runs before TensorFlow loads (the CPU tuning, whose
-oneDNN part TensorFlow reads once when it loads: t2t_lite/cpu_tuning.py).
 """
 import contextlib
 import os
 
+import tensorflow as tf
+
 INCOMPLETE_SUFFIX = ".incomplete"
-
-
-def _gfile():
-    """tf.io.gfile, TensorFlow imported on first use (see above)."""
-    import tensorflow as tf
-    return tf.io.gfile
 
 
 def hidden_sibling(path: str, suffix: str) -> str:
@@ -53,7 +45,7 @@ def atomic_path(path: str, owner: str = None, overwrite: bool = True):
     temporary = temporary_path(path, owner)
     try:
         yield temporary
-        _gfile().rename(temporary, path, overwrite=overwrite)
+        tf.io.gfile.rename(temporary, path, overwrite=overwrite)
     except BaseException:  # KeyboardInterrupt too: no leftover when Python can clean up
         remove_if_exists(temporary)
         raise
@@ -65,23 +57,8 @@ def atomic_write(path: str, mode: str = "w", owner: str = None, overwrite: bool 
     `path` when the block ends without error, and nothing when it raises (also when the
     handle's close does, as on a full disk); written under `temporary_path(path, owner)`."""
     with atomic_path(path, owner, overwrite) as temporary:
-        with _gfile().GFile(temporary, mode) as handle:
+        with tf.io.gfile.GFile(temporary, mode) as handle:
             yield handle
-
-
-@contextlib.contextmanager
-def local_atomic_write(path: str, owner: str = None):
-    """`atomic_write` of a text file on the local disk, through Python's `open` and
-    `os.replace` instead of `tf.io.gfile`: for what is written before TensorFlow may load."""
-    temporary = temporary_path(path, owner)
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            yield handle
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
 
 
 @contextlib.contextmanager
@@ -102,7 +79,7 @@ def atomic_folder(path: str):
         remove_tree_if_exists(temporary)
         raise
     path = path.rstrip("/")
-    replacing = _gfile().exists(path)
+    replacing = tf.io.gfile.exists(path)
     try:
         if replacing:
             remove_tree_if_exists(aside)  # a leftover of an earlier interrupted replacement
@@ -126,7 +103,7 @@ def _rename_folder(source: str, target: str):
     """Renames a folder with what is in it. The local disk and gs:// rename the contents with
     the folder; TensorFlow's ram:// renames only the folder's own entry and leaves what was in
     it under the old name, so that is then moved file by file."""
-    gfile = _gfile()
+    gfile = tf.io.gfile
     gfile.rename(source, target)
     if not gfile.exists(source):
         return
@@ -141,13 +118,13 @@ def _rename_folder(source: str, target: str):
 
 
 def remove_tree_if_exists(path: str):
-    gfile = _gfile()
+    gfile = tf.io.gfile
     if gfile.exists(path):
         gfile.rmtree(path)
 
 
 def remove_if_exists(path: str):
-    gfile = _gfile()
+    gfile = tf.io.gfile
     if gfile.exists(path):
         gfile.remove(path)
 
@@ -155,7 +132,7 @@ def remove_if_exists(path: str):
 def remove_matching(*patterns: str):
     """Deletes every file and folder matching a `tf.io.gfile.glob` pattern (what a failed
     checkpoint write leaves: `PREFIX.*` and TensorFlow's `PREFIX_temp/`)."""
-    gfile = _gfile()
+    gfile = tf.io.gfile
     for pattern in patterns:
         for path in gfile.glob(pattern):
             if gfile.isdir(path):
@@ -167,7 +144,7 @@ def remove_matching(*patterns: str):
 def remove_incomplete(folder: str, prefix: str = ""):
     """Deletes what interrupted writes of files whose names start with `prefix` left in
     `folder` (also the `name.incomplete` leftovers of versions before the hidden names)."""
-    gfile = _gfile()
+    gfile = tf.io.gfile
     if not gfile.isdir(folder):
         return
     for name in gfile.listdir(folder):

@@ -1,10 +1,6 @@
 """atomic_files: a file or a folder appears under its name whole, or not at all; on the local disk
 and on ram:// (whose `exists(p)` is True for any path that merely starts with p, and whose
-rename of a folder leaves the files in it behind); and on the local disk without TensorFlow,
-for what is written before it loads."""
-import os
-import subprocess
-import sys
+rename of a folder leaves the files in it behind)."""
 import uuid
 
 import pytest
@@ -174,29 +170,3 @@ def test_a_full_disk_leaves_no_temporary(small_filesystem):
                 handle.write(bytes(10_000))
     assert sorted(tf.io.gfile.listdir(folder)) == ["filler"]
 
-
-def test_a_local_file_is_written_whole_or_not_at_all_without_loading_tensorflow(tmp_path):
-    """local_atomic_write (the CPU kernel choice's cache, written before TensorFlow loads)."""
-    program = """
-import os, sys
-from t2t_lite import atomic_files
-path = sys.argv[1]
-with atomic_files.local_atomic_write(path, owner="7") as handle:
-    handle.write("half")
-    handle.flush()
-    print(sorted(os.listdir(os.path.dirname(path))))
-    handle.write(" and half")
-try:
-    with atomic_files.local_atomic_write(path) as handle:
-        handle.write("broken")
-        raise KeyboardInterrupt
-except KeyboardInterrupt:
-    pass
-print(sorted(os.listdir(os.path.dirname(path))), open(path).read(), "tensorflow" in sys.modules)
-"""
-    result = subprocess.run([sys.executable, "-c", program, str(tmp_path / "choice.json")],
-                            capture_output=True, text=True, check=True)
-    assert result.stdout.splitlines() == [
-        "['.choice.json.7.incomplete']",
-        "['choice.json'] half and half False"]
-    assert os.listdir(tmp_path) == ["choice.json"]
