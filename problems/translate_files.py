@@ -23,9 +23,10 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import atomic_files
-from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
+from t2t_lite.data.problem import DEV, TEST, TRAIN
 from t2t_lite.data.text_files import read_parallel
 from t2t_lite.data.text_problem import Text2TextProblem
+from t2t_lite.errors import DataError
 from t2t_lite.registry import register_problem
 
 FLAGS_HINT = ("pass your files to t2t_lite-datagen with --train_source, --train_target, "

@@ -7,8 +7,9 @@ it once into `tmp_dir/tfds` (several GB from statmt.org and other hosts) and str
 """
 import os
 
-from t2t_lite.data.problem import DEV, TEST, TRAIN, DataError
+from t2t_lite.data.problem import DEV, TEST, TRAIN
 from t2t_lite.data.text_problem import Text2TextProblem
+from t2t_lite.errors import DataError
 from t2t_lite.registry import register_problem
 from t2t_lite.storage_errors import reported_full_storage
 

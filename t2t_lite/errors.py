@@ -14,6 +14,10 @@ class FlagError(UserError, ValueError):
     """A flag value, or a combination of flags, that a program cannot run with."""
 
 
+class DataError(UserError, ValueError):
+    """Data files that are missing, mismatched or malformed; the message names them."""
+
+
 def unknown_name_message(kind: str, name: str, known, listing: str) -> str:
     """The message for a `name` that is none of `known`, with a suggestion when one is close:
     "unknown {kind} 'nmae'. Did you mean 'name'? {listing}: a, name, z" (the registry's and the

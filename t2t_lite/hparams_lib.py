@@ -11,9 +11,9 @@ from typing import Tuple
 from t2t_lite.errors import UserError, unknown_name_message
 from t2t_lite.learning_rate_factors import LEARNING_RATE_FACTORS
 
-# The allowed values of the hparams below. The layers read the first two from here
-# (layers/sublayer.py, layers/timing_signal.py): the layers import hparams_lib, never the
-# reverse.
+# The allowed values of the hparams below. The first two are what layers/sublayer.py and
+# layers/timing_signal.py compute (their OPERATIONS and FORMS), spelled in both places: the
+# model passes the layers these values, and neither module imports the other.
 SUBLAYER_OPERATIONS = "nda"  # n: layer norm, d: dropout, a: add the residual
 TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("auto", "float32", "bfloat16", "float16")
@@ -104,7 +104,7 @@ class HParams:
         if self.length_bucket_step <= 1.0:
             raise HParamsError(f"length_bucket_step must be > 1, got {self.length_bucket_step}")
         for name in ("layer_preprocess_sequence", "layer_postprocess_sequence"):
-            sublayer_operations(getattr(self, name), name)
+            _check_sublayer_sequence(name, getattr(self, name))
         check.one_of("timing_signal", TIMING_SIGNALS)
         check.one_of("mixed_precision", MIXED_PRECISION)
         check.one_of("length_bucketing", LENGTH_BUCKETING)
@@ -173,15 +173,12 @@ class _Checker:
         self._each([name], lambda v: v in choices, f"one of {', '.join(choices)}")
 
 
-def sublayer_operations(sequence: str, name: str = "sequence") -> str:
-    """The operations of a layer_preprocess or layer_postprocess sequence, in order: its
-    letters of SUBLAYER_OPERATIONS, "" for "none"; HParamsError naming `name` otherwise."""
-    if sequence == "none":
-        return ""
-    if not sequence or set(sequence) - set(SUBLAYER_OPERATIONS):
+def _check_sublayer_sequence(name: str, sequence: str):
+    """HParamsError naming `name` unless `sequence` (layer_preprocess_sequence or
+    layer_postprocess_sequence) is "none" or letters of SUBLAYER_OPERATIONS."""
+    if sequence != "none" and (not sequence or set(sequence) - set(SUBLAYER_OPERATIONS)):
         raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
                            f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
-    return sequence
 
 
 def _expected(field_type) -> str:

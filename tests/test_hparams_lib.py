@@ -1,7 +1,9 @@
 import pytest
 
 from t2t_lite import registry
-from t2t_lite.hparams_lib import HParams, HParamsError
+from t2t_lite.hparams_lib import SUBLAYER_OPERATIONS, TIMING_SIGNALS, HParams, HParamsError
+from t2t_lite.layers.sublayer import OPERATIONS
+from t2t_lite.layers.timing_signal import FORMS
 
 
 def test_override_parses_each_field_with_its_type():
@@ -47,6 +49,12 @@ def test_mistyped_override_names_the_key_and_the_expected_type(override, expecte
 def test_invalid_values_are_rejected(override, expected):
     with pytest.raises(HParamsError, match=expected):
         HParams().override_from_string(override)
+
+
+def test_the_values_allowed_are_those_the_layers_compute():
+    """hparams_lib and the layers each spell them (neither imports the other)."""
+    assert sorted(SUBLAYER_OPERATIONS) == sorted(OPERATIONS)
+    assert sorted(TIMING_SIGNALS) == sorted(FORMS)
 
 
 def test_paper_and_updated_defaults():

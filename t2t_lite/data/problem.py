@@ -24,7 +24,7 @@ from t2t_lite import atomic_files
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.errors import UserError
+from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.output_lock import OutputLock
 from t2t_lite.storage_errors import reported_full_storage
@@ -40,10 +40,6 @@ class Split:
     """One split: its name and how many TFRecord shards it gets (0: written as text only)."""
     name: str
     shards: int
-
-
-class DataError(UserError, ValueError):
-    """Data files that are missing, mismatched or malformed; the message names them."""
 
 
 def datagen_lock(data_dir: str, purpose: str = None) -> OutputLock:

@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import atomic_files
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 from t2t_lite.storage_errors import reported_full_storage
 
 DOWNLOAD_CHUNK_BYTES = 1 << 20

@@ -12,8 +12,9 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.data.problem import TRAIN, DataError, Problem, has_empty_side
+from t2t_lite.data.problem import TRAIN, Problem, has_empty_side
 from t2t_lite.data.vocab import EOS_ID, SentencePieceVocabulary
+from t2t_lite.errors import DataError
 
 ENCODE_CHUNK = 2048  # sentences per call of the in-graph tokenizer
 

@@ -7,6 +7,8 @@ import random
 
 import sentencepiece
 
+from t2t_lite.errors import DataError
+
 PAD_ID = 0
 EOS_ID = 1
 NUM_RESERVED_IDS = 2
@@ -218,7 +220,6 @@ def _load_processor(model_path: str, model_proto: bytes):
         processor = None
     if (processor is None or processor.get_piece_size() <= NUM_RESERVED_IDS
             or processor.pad_id() != PAD_ID or processor.eos_id() != EOS_ID):
-        from t2t_lite.data.problem import DataError  # problem.py imports this module
         size = f"{len(model_proto):,} bytes" if model_proto else "empty"
         raise DataError(f"{model_path} is not a SentencePiece vocabulary of t2t_lite ({size}): "
                         f"delete it and rerun t2t_lite-datagen to train it again")

@@ -27,7 +27,7 @@ from absl import logging
 from t2t_lite import atomic_files, checkpoints, output_paths, registry
 from t2t_lite.atomic_files import atomic_write
 from t2t_lite.data import text_files
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.ctranslate2_translator import CTranslate2Search
 from t2t_lite.decoding.search import SearchHParams, search

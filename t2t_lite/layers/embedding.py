@@ -7,15 +7,13 @@ linear transformation ... In the embedding layers, we multiply those weights by 
 import keras
 from keras import ops
 
-from t2t_lite.data.vocab import PAD_ID
-
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
 class TokenEmbedding(keras.layers.Layer):
     """A [vocab_size, hidden_size] matrix used as an embedding and, reversed, as the softmax.
 
     Forward (`reverse=False`), as t2t's symbol modality bottom:
-        embedding[ids] * sqrt(hidden_size), zeroed where ids == PAD_ID (0).
+        embedding[ids] * sqrt(hidden_size), zeroed where ids == pad_id.
     Reversed (`reverse=True`), the pre-softmax linear transformation, computed in float32:
         logits = x @ embedding^T.
 
@@ -24,6 +22,8 @@ class TokenEmbedding(keras.layers.Layer):
     Args:
         vocab_size: number of token ids.
         hidden_size: d_model.
+        pad_id: the vocabulary's padding id, whose embedding is zero (t2t's modality compares
+            with 0, text_encoder's PAD_ID; the model passes data.vocab.PAD_ID).
         dtype: the dtype policy (default Keras' global one): its compute dtype is that of the
             embeddings; the matrix is float32 under any policy.
 
@@ -32,11 +32,12 @@ class TokenEmbedding(keras.layers.Layer):
         reverse: False to embed, True to project to vocabulary logits.
     """
 
-    def __init__(self, vocab_size, hidden_size, **kwargs):
+    def __init__(self, vocab_size, hidden_size, pad_id, **kwargs):
         # The matrix stays float32 (build), so the logits never go through half precision.
         super().__init__(autocast=False, **kwargs)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
+        self.pad_id = pad_id
 
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
@@ -56,7 +57,7 @@ class TokenEmbedding(keras.layers.Layer):
             return ops.matmul(ops.cast(inputs, "float32"), ops.transpose(self.embeddings))
         ids = ops.cast(inputs, "int32")
         vectors = ops.take(self.embeddings, ids, axis=0) * (self.hidden_size**0.5)
-        not_pad = ops.cast(ops.not_equal(ids, PAD_ID), vectors.dtype)[..., None]
+        not_pad = ops.cast(ops.not_equal(ids, self.pad_id), vectors.dtype)[..., None]
         return ops.cast(vectors * not_pad, self.compute_dtype)
 
     def compute_output_shape(self, input_shape, reverse=False):
@@ -66,18 +67,18 @@ class TokenEmbedding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size,
-                "hidden_size": self.hidden_size}
+                "hidden_size": self.hidden_size, "pad_id": self.pad_id}
 
 
-def make_embeddings(vocab_size, hidden_size, shared):
+def make_embeddings(vocab_size, hidden_size, pad_id, shared):
     """The (source, target, softmax) embeddings of a sequence-to-sequence model.
 
     With `shared` (hparams.shared_embedding_and_softmax_weights, paper §3.4) the three are one
     TokenEmbedding, so one matrix embeds source and target tokens and projects to the softmax;
-    otherwise each role gets its own matrix.
+    otherwise each role gets its own matrix. Each zeroes the embedding of `pad_id`.
     """
     if shared:
-        embedding = TokenEmbedding(vocab_size, hidden_size, name="shared_embedding")
+        embedding = TokenEmbedding(vocab_size, hidden_size, pad_id, name="shared_embedding")
         return embedding, embedding, embedding
-    return tuple(TokenEmbedding(vocab_size, hidden_size, name=f"{role}_embedding")
+    return tuple(TokenEmbedding(vocab_size, hidden_size, pad_id, name=f"{role}_embedding")
                  for role in ("source", "target", "softmax"))

@@ -1,18 +1,32 @@
 """Residual connections around sublayers (paper §3.1, §5.4), as t2t's layer_preprocess and
 layer_postprocess sequences.
 
-A sequence is a string of operations applied left to right ("none" for no operation):
+A sequence is a string of operations applied left to right, or "none" for no operation:
     n: layer normalization (epsilon = norm_epsilon)
     d: dropout (rate = layer_prepostprocess_dropout)
     a: add the residual, the sublayer's input
 
     post-norm, the paper ("none" / "dan"):   LayerNorm(x + Dropout(f(x)))
     pre-norm, t2t v2+ ("n" / "da"):          x + Dropout(f(LayerNorm(x)))
+
+The layers read and check a sequence themselves, as t2t's layer_prepostprocess did; hparams_lib
+checks a user's layer_preprocess_sequence and layer_postprocess_sequence first, naming the hparam.
 """
 import keras
 
-from t2t_lite.hparams_lib import sublayer_operations
 from t2t_lite.layers.dropout import Dropout
+
+OPERATIONS = "nda"  # the letters above; hparams_lib.SUBLAYER_OPERATIONS repeats them
+
+
+def _operations(sequence, name="sequence"):
+    """The operations of a sequence in order: its letters, "" for "none"; ValueError naming
+    `name` for any other text."""
+    if sequence == "none":
+        return ""
+    if not sequence or set(sequence) - set(OPERATIONS):
+        raise ValueError(f"{name}={sequence!r}: use 'none' or letters of {OPERATIONS!r}")
+    return sequence
 
 
 def _float32_weights(policy):
@@ -46,7 +60,7 @@ class LayerProcess(keras.layers.Layer):
     def __init__(self, sequence="none", dropout=0.0, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.sequence = sequence
-        self.operations = sublayer_operations(sequence)
+        self.operations = _operations(sequence)
         self.dropout = dropout
         self.epsilon = epsilon
 
@@ -106,11 +120,11 @@ class SublayerConnection(keras.layers.Layer):
 
     def __init__(self, preprocess="n", postprocess="da", dropout=0.0, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
-        if "a" in sublayer_operations(preprocess, "preprocess"):
+        if "a" in _operations(preprocess, "preprocess"):
             raise ValueError(f"preprocess {preprocess!r}: there is no residual to add before "
                              "the sublayer")
         self.preprocess = preprocess
-        sublayer_operations(postprocess, "postprocess")  # fail early on a bad sequence
+        _operations(postprocess, "postprocess")  # fail early on a bad sequence
         self.postprocess = postprocess
         self.dropout = dropout
         self.epsilon = epsilon

@@ -13,11 +13,12 @@ from typing import NamedTuple
 import keras
 from keras import ops
 
+from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
 from t2t_lite.layers.decoding_layout import transposed_for_decoding, weight_matrices
 from t2t_lite.layers.dropout import Dropout
-from t2t_lite.layers.embedding import PAD_ID, make_embeddings
+from t2t_lite.layers.embedding import make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
 from t2t_lite.layers.kernels import default_kernel_initializer
 from t2t_lite.layers.sublayer import LayerProcess, SublayerConnection
@@ -248,7 +249,7 @@ class Transformer(keras.Model):
         hp = self.hparams = hparams
         self.vocab_size = vocab_size
         self.source_embedding, self.target_embedding, self.softmax_embedding = make_embeddings(
-            vocab_size, hp.hidden_size, hp.shared_embedding_and_softmax_weights)
+            vocab_size, hp.hidden_size, PAD_ID, hp.shared_embedding_and_softmax_weights)
         self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal")
         self.embedding_dropout = Dropout(hp.layer_prepostprocess_dropout,
                                          name="embedding_dropout")

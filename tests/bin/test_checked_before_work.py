@@ -84,7 +84,8 @@ def test_a_record_damaged_after_the_check_is_named_by_the_trainer(data_dir, tmp_
     """A shard that breaks while training runs (the check before training passed): TensorFlow's
     DataLossError names no file; the trainer's error names the shard."""
     from t2t_lite import registry
-    from t2t_lite.data.problem import DataError, Problem
+    from t2t_lite.data.problem import Problem
+    from t2t_lite.errors import DataError
     from t2t_lite.training import trainer
     damaged = tmp_path / "data"
     shutil.copytree(data_dir, damaged)

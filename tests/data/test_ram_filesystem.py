@@ -99,8 +99,8 @@ def test_gzip_text_is_read_through_gfile():
 
 
 def test_a_download_is_written_whole_through_gfile(tmp_path):
-    from t2t_lite.data.problem import DataError
     from t2t_lite.data.text_files import maybe_download
+    from t2t_lite.errors import DataError
     served = tmp_path / "served.txt"
     served.write_bytes(b"x" * 3_000_000)  # more than one chunk
     folder = ram_folder("download")

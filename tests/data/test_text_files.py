@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from t2t_lite.data.problem import DataError
 from t2t_lite.data.text_files import decode_lines, read_lines
 from t2t_lite.decoding import decoder
+from t2t_lite.errors import DataError
 
 WITH_MARK = "\ufeffeins\nzwei\n\ufeffdrei\n".encode("utf-8")
 

@@ -140,7 +140,7 @@ def test_characters_unseen_in_training_round_trip_through_bytes(vocab):
 
 
 def test_an_error_while_reading_training_sentences_keeps_its_message(tmp_path):
-    from t2t_lite.data.problem import DataError
+    from t2t_lite.errors import DataError
 
     def sentences():
         yield from ["ein Hund", "a dog"] * 50
@@ -215,7 +215,7 @@ def _broken_model(kind: str, tmp_path) -> bytes:
                                   "another tool's ids"])
 def test_a_broken_model_file_is_a_data_error_naming_it(tmp_path, kind):
     """Not a Keras error about ids out of range later, or SentencePiece's parse error."""
-    from t2t_lite.data.problem import DataError
+    from t2t_lite.errors import DataError
     path = tmp_path / "vocab.multi30k.8192.bpe.model"
     path.write_bytes(_broken_model(kind, tmp_path))
     with pytest.raises(DataError) as error:

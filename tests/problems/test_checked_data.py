@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 
 RERUN = "rerun t2t_lite-datagen --problem=algorithmic_copy --data_dir={} --tmp_dir=TMP_DIR"
 

@@ -12,7 +12,7 @@ import pytest
 
 from t2t_lite import registry
 from t2t_lite.data import pipeline
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 
 WORDS = ("house garden river light stone water city night friend music paper window "
          "bread road morning winter table mountain letter story").split()

@@ -13,9 +13,9 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.data import pipeline, records
-from t2t_lite.data.problem import DataError
 from t2t_lite.data.text_files import read_lines, read_parallel
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.errors import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MULTI30K = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "multi30k"))

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from t2t_lite import registry
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 
 HPARAMS = registry.hparams("transformer_tiny")
 

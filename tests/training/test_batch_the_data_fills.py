@@ -14,7 +14,7 @@ import pytest
 
 from program_runs import SMALL, run, trainer_flags
 from t2t_lite import registry
-from t2t_lite.data.problem import DataError
+from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParams
 
 TRAIN_EXAMPLES = 20
