@@ -14,10 +14,8 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEVELS = {"data": 1, "layers": 2, "models": 3, "visualize": 3, "training": 4, "decoding": 4,
           "serving": 5, "bin": 6}
 BESIDE = {("training", "decoding"), ("decoding", "training"), ("serving", "training")}
-# The parts the layers import: their own, and the BLAS op that the dense layer multiplies with.
-LAYERS_IMPORT = {"layers", "blas"}
-# A known loop, inside functions: cpu_tuning measures the BLAS op, which reads cpu_tuning's choice.
-KNOWN_LOOP_IMPORTS = {("t2t_lite.cpu_tuning", "t2t_lite.blas.library")}
+# The parts the layers import: their own only (the model passes them what they need).
+LAYERS_IMPORT = {"layers"}
 
 
 def part(module: str) -> str:
@@ -75,7 +73,7 @@ def import_graph():
     for _, module, target in imports():
         while target not in modules:
             target = target.rpartition(".")[0]
-        if target != module and (module, target) not in KNOWN_LOOP_IMPORTS:
+        if target != module:
             graph[module].add(target)
     return graph
 
