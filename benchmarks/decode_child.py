@@ -66,8 +66,7 @@ def decoder_translators(job: dict):
     model = decoder.load_model(run["model"], hparams, problem.vocab_size(job["data_dir"]),
                                job["t2t_lite_dir"], job["checkpoint"])
     search = SearchHParams(beam_size=job["beam_size"], alpha=job["alpha"],
-                           stop_after_finished=job["stop_after_finished"],
-                           use_cache=job["use_cache"])
+                           stop_after_finished=job["stop_after_finished"])
     encoders = problem.feature_encoders(job["data_dir"])
     translator, single = (decoder.Translator(model, encoders, search, problem.max_length,
                                              translator_hparams=hparams)

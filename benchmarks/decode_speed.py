@@ -1,7 +1,6 @@
-"""Decoding speed on Multi30k test_2016_flickr in alternating rounds: t2t_lite's decoder with and
-without its cache, or (--compare) t2t_lite's decoder, SavedModel and CTranslate2 export against
-onmt-main infer, eole predict and CTranslate2 on the peers' models (benchmarks/README.md,
-decode_speed.py).
+"""Decoding speed on Multi30k test_2016_flickr in alternating rounds: t2t_lite's decoder, or
+(--compare) t2t_lite's decoder, SavedModel and CTranslate2 export against onmt-main infer, eole
+predict and CTranslate2 on the peers' models (benchmarks/README.md, decode_speed.py).
 
   python benchmarks/decode_speed.py --data_dir=D --t2t_lite_dir=T [--num_sentences=100]
   python benchmarks/decode_speed.py --compare --data_dir=D --t2t_lite_dir=T --peer_dir=P
@@ -42,14 +41,14 @@ eole_peer = harness.peer_module("eole/run.py")
 eole_decode = harness.peer_module("eole/decode.py")  # eole predict's command
 
 # A contestant: its label, its model's toolkit, how it runs (decode_child.py's "decoder" and
-# "saved_model", the peers' decode.py's others), XLA, the cache, CTranslate2's stopping rule
+# "saved_model", the peers' decode.py's others), XLA, CTranslate2's stopping rule
 # (stop_after_finished = beam size), CTranslate2's runtime ("peer": 3.24 in OpenNMT-tf's
 # environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32;
 # t2t_lite's model is exported by t2t_lite-exporter --format=ctranslate2 in that quantization),
 # t2t_lite's hparams.mixed_precision (None: the model's own as its hparams.json records it).
 Contestant = collections.namedtuple("Contestant", [
-    "label", "model", "runs", "jit_compile", "use_cache", "ct2_stop", "runtime", "compute_type",
-    "mixed_precision"], defaults=[False, True, False, None, None, None])
+    "label", "model", "runs", "jit_compile", "ct2_stop", "runtime", "compute_type",
+    "mixed_precision"], defaults=[False, False, None, None, None])
 CT2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION, "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
 CHILD_KINDS = ("decoder", "saved_model")  # the runs of decode_child.py (t2t_lite in TensorFlow)
 CT2_MODEL_LABELS = {"opennmt_tf": "", "eole": " (eole)", "t2t_lite": " (t2t_lite)"}
@@ -57,8 +56,6 @@ XLA = " (XLA)" if decoder.TranslatorHParams().jit_compile else ""  # the decoder
 CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label, model, runs,
                settings in (  # in the order each round runs them
     ("t2t_lite_decoder", f"t2t_lite decoder{XLA}", "t2t_lite", "decoder", {}),
-    ("t2t_lite_decoder_uncached", "t2t_lite decoder, no cache", "t2t_lite", "decoder",
-     {"use_cache": False}),
     ("t2t_lite_saved_model", "t2t_lite SavedModel", "t2t_lite", "saved_model", {}),
     ("t2t_lite_saved_model_xla", "t2t_lite SavedModel (XLA)", "t2t_lite", "saved_model",
      {"jit_compile": True}),
@@ -81,17 +78,17 @@ CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label,
           ("ctranslate2_4_int8", "opennmt_tf", "4.x", "int8"),
           ("ctranslate2_eole_4_float32", "eole", "4.x", "float32"),
           ("ctranslate2_eole_4_int8", "eole", "4.x", "int8"))))}
-CACHED, UNCACHED = "t2t_lite_decoder", "t2t_lite_decoder_uncached"
-# The ratios' targets for t2t_lite's decoder and SavedModel: cached at least 3 times uncached;
-# at least 3 times onmt-main infer and 2/3 of CTranslate2 3.24 float32 on OpenNMT-tf's model;
-# 0.8 of CTranslate2 4.x float32 on it (issue 45); none against int8 and eole's rows.
-TARGETS = {UNCACHED: 3.0, "onmt_infer": 3.0, "ctranslate2": 2 / 3, "ctranslate2_4_float32": 0.8}
+DECODER = "t2t_lite_decoder"
+# The ratios' targets for t2t_lite's decoder and SavedModel: at least 3 times onmt-main infer
+# and 2/3 of CTranslate2 3.24 float32 on OpenNMT-tf's model; 0.8 of CTranslate2 4.x float32 on
+# it (issue 45); none against int8 and eole's rows.
+TARGETS = {"onmt_infer": 3.0, "ctranslate2": 2 / 3, "ctranslate2_4_float32": 0.8}
 # t2t_lite's CTranslate2 export against the peer's same-shape model in the same CTranslate2 and
 # compute type (issue 45: at least 0.95 of its sentences/s), each with an absolute peak memory
 # (MB) and load time (s) limit.
 CT2_PAIR_TARGET = 0.95
 CT2_LIMITS = {"peak_rss_mb": 250, "load_seconds": 0.5}
-BFLOAT16 = {"t2t_lite_decoder_bfloat16": (CACHED, 1.3),
+BFLOAT16 = {"t2t_lite_decoder_bfloat16": (DECODER, 1.3),
             "t2t_lite_saved_model_bfloat16": ("t2t_lite_saved_model", 1.3)}  # over float32
 # Forced float32, for a model whose recorded mixed_precision is bfloat16 (trained with auto on
 # a CPU with bfloat16 instructions): only when --contestants names them.
@@ -105,9 +102,9 @@ flags.DEFINE_string("t2t_lite_dir", None, "t2t_lite's trained output dir (checkp
                     "hparams.json: multi30k_recipe.py's or t2t_lite-trainer's).")
 flags.DEFINE_string("t2t_lite_checkpoint", None, "The checkpoint to decode (default: "
                     "T/averaged/model.ckpt when there, else T's latest).")
-flags.DEFINE_boolean("compare", False, "Race t2t_lite against the peers, not its cache.")
+flags.DEFINE_boolean("compare", False, "Race t2t_lite against the peers, not only its decoder.")
 flags.DEFINE_list("contestants", None, "Any of " + ", ".join(CONTESTANTS) + " (default: "
-                  f"{CACHED} and {UNCACHED}; with --compare every other one).")
+                  f"{DECODER}; with --compare every one).")
 harness.define_rounds_flags(flags, "/tmp/t2t_lite_decode_speed")
 flags.DEFINE_integer("num_sentences", 1000, "Test sentences translated.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
@@ -193,7 +190,7 @@ def write_job(name: str, setup: dict, sources: list, encoders: dict) -> str:
            "intra_op_flag": FLAGS.intra_op_parallelism_threads,
            "inter_op_threads": FLAGS.inter_op_parallelism_threads,
            "stop_after_finished": FLAGS.beam_size if contestant.ct2_stop else 0,
-           "use_cache": contestant.use_cache, "jit_compile": contestant.jit_compile,
+           "jit_compile": contestant.jit_compile,
            "mixed_precision": contestant.mixed_precision}
     path = os.path.join(FLAGS.work_dir, f"{name}.job.json")
     harness.write_json(path, job, announce=False)
@@ -461,11 +458,10 @@ def summarize(entry: dict):
 def ratio_pairs(names) -> list:
     """(ours, theirs, target or None) of the contestants `names`: t2t_lite's float32 decoder and
     SavedModel contestants over each peer's, t2t_lite's CTranslate2 export over each peer's
-    model in the same CTranslate2 runtime and compute type, bfloat16 over float32, and cached
-    over uncached."""
+    model in the same CTranslate2 runtime and compute type, and bfloat16 over float32."""
     pairs = [(ours, theirs, TARGETS.get(theirs)) for ours in names
              if CONTESTANTS[ours].model == "t2t_lite" and CONTESTANTS[ours].runs in CHILD_KINDS
-             and ours not in (UNCACHED, *BFLOAT16)
+             and ours not in BFLOAT16
              for theirs in names if CONTESTANTS[theirs].model != "t2t_lite"]
     engine = {name: (c.runtime, c.compute_type) for name, c in CONTESTANTS.items()}
     pairs += [(ours, theirs, CT2_PAIR_TARGET if CONTESTANTS[theirs].model == "opennmt_tf"
@@ -474,8 +470,6 @@ def ratio_pairs(names) -> list:
               and CONTESTANTS[theirs].runs == "ctranslate2" and engine[theirs] == engine[ours]]
     pairs += [(ours, theirs, target) for ours, (theirs, target) in BFLOAT16.items()
               if ours in names]
-    if CACHED in names and UNCACHED in names:
-        pairs.append((CACHED, UNCACHED, TARGETS[UNCACHED]))
     return pairs
 
 
@@ -595,9 +589,9 @@ def print_tables(result: dict):
 
 def main(unused_argv):
     bfloat16 = cpu_multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
-    names = FLAGS.contestants or ([name for name in CONTESTANTS if name != UNCACHED and (
+    names = FLAGS.contestants or ([name for name in CONTESTANTS if (
         bfloat16 or name not in BFLOAT16) and name not in FLOAT32] if FLAGS.compare
-        else [CACHED, UNCACHED])
+        else [DECODER])
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     os.makedirs(FLAGS.work_dir, exist_ok=True)

@@ -74,8 +74,8 @@ def define_trained_model_flags():
     flags.DEFINE_string("checkpoint_path", None, "A checkpoint to use instead of the latest in "
                         "--output_dir (an averaged one, say).")
     flags.DEFINE_string("decode_hparams", "", 'Search settings, e.g. "beam_size=4,alpha=0.6,'
-                        'extra_length=50" (the defaults; beam_size=1 is greedy; also '
-                        "use_cache, and stop_after_finished=N: a sentence's beam search also "
+                        'extra_length=50" (the defaults; beam_size=1 is greedy; '
+                        "stop_after_finished=N: a sentence's beam search also "
                         "stops once N hypotheses have ended among its K best candidates, "
                         "CTranslate2's rule; 0, the default, keeps t2t's exact stop). The "
                         "decoder also takes batch_size (32), jit_compile and parallel_batches "

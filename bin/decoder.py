@@ -54,7 +54,7 @@ def main(argv):
                 raise common.FlagError(f"--{name} does not go with --ctranslate2_model (the "
                                        "folder holds the model it was exported from)")
         common.refuse_decode_hparams(
-            ("use_cache", "jit_compile", "stop_after_finished"),
+            ("jit_compile", "stop_after_finished"),
             "with --ctranslate2_model (CTranslate2 runs its own search: beam_size, alpha, "
             "extra_length, batch_size and parallel_batches apply)")
     elif not FLAGS.output_dir:

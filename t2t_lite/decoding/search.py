@@ -1,11 +1,9 @@
 """Search for the most probable output sequence, one step per new token (paper §6.1).
 
-The encoder runs once per batch. With `use_cache` (the default), each step runs the decoder on
-the newest token only: the encoder-decoder attention keys and values are computed once, and
-each decoder self-attention keeps the keys and values of the earlier positions in a cache
-(t2t's fast decoding: models.transformer.DecodingCache). Without it, each step runs the decoder
-over the tokens chosen so far (with fixed shapes, for XLA, over the whole buffer) and reads the
-current position (causal masking makes the two equal).
+The encoder runs once per batch, and each step runs the decoder on the newest token only (t2t's
+fast decoding): the encoder-decoder attention keys and values are computed once, and each
+decoder self-attention keeps the keys and values of the earlier positions in a cache
+(models.transformer.DecodingCache, the model's `initial_cache` and `decode_step`).
 The searches run inside `tf.function`; the decoder, BLEU during training and the exported
 model call these same functions.
 
@@ -31,10 +29,14 @@ Growing the caches by CACHE_CHUNK positions, padding the source to a multiple of
 SOURCE_MULTIPLE tokens (`search`) and keeping rows for a multiple of ROW_MULTIPLE sentences
 (`_Batch.kept`) repeat a few shapes instead, for the same outputs.
 
-Each search loop carries one state, a NamedTuple: the step's position, the rows of the
-sentences still searched (one row per sentence: `_GreedyRows`, `_BeamRows`), beam search's
-self-attention caches (one row per beam, a sentence's beams consecutive), and the results of
-every input (written when a sentence leaves the batch, and at the end).
+Each search loop carries one flat state (`_BeamState`, `_GreedyState`), named as t2t's beam
+search names its own: the step, the alive sequences and their log probabilities, the finished
+ones with their scores and flags, and the cache (t2t's cache: DecodingCache); and, for a batch
+that shrinks, each row's sentence, whether its search is done and how many of its candidates
+ended. Rows are those of the sentences still searched (in the self-attention caches, of their
+decoded sequences, a sentence's beams consecutive); the finished sequences have a row per
+input, where a sentence's results stay when it leaves the batch. Greedy search's state is the
+same in small: each row's last token, and every input's tokens and their log probability.
 
 Under hparams.mixed_precision=bfloat16 (or float16) the model computes in that dtype, and the
 caches hold its keys and values in it (they come out of its matmuls so: float32 copies would
@@ -53,7 +55,7 @@ import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding.block_top_k import block_top_k
-from t2t_lite.layers.attention import NEG_INF, FixedLengthCache, GrowingCache
+from t2t_lite.layers.attention import NEG_INF, FixedLengthCache
 from t2t_lite.models.transformer import DecodingCache
 
 # Without XLA: the positions the self-attention caches grow by at a time, the multiple of
@@ -70,7 +72,7 @@ class SearchHParams:
     """What the search does, the search's part of t2t's --decode_hparams (the decoder's batching
     and XLA are decoder.TranslatorHParams). beam_size 4 and alpha 0.6 are the paper's (§6.1);
     beam_size=1 is greedy search. extra_length: tokens allowed past the input length (the
-    paper's 50). use_cache: incremental decoding (off only to measure it).
+    paper's 50).
 
     stop_after_finished: when beam search is done with a sentence. 0 (the default): when no
     alive hypothesis can beat its best finished one, t2t's bound, so the output is the one a
@@ -83,7 +85,6 @@ class SearchHParams:
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
-    use_cache: bool = True
     stop_after_finished: int = 0
 
 
@@ -101,76 +102,18 @@ def _float32(logits):
     return tf.cast(logits, tf.float32)
 
 
-class _Source(NamedTuple):
-    """The batch of inputs, encoded once."""
-    ids: Any  # int32 [B, S], padded
-    encoder_output: Any  # [B, S, d]
-    inputs_padding: Any  # bool [B, S], True at PAD
-    limits: Any  # int32 [B]: each input's output length limit, its length + extra_length
-    max_length: Any  # the largest limit (the buffers' size): S + extra_length
-
-
-def _encode(model, inputs, extra_length):
-    """The _Source of `inputs`. Per-input limits make an output independent of the other
-    inputs in its batch and of how far the batch is padded."""
+def _start(model, inputs, extra_length, batch):
+    """The search of padded `inputs` [B, S] before its first step: (the model's DecodingCache,
+    one row per sentence, with the self-attention caches' room of `batch`; each input's output
+    length limit [B], its length + extra_length; the largest limit, S + extra_length, the
+    sequences' length without the start symbol). Per-input limits make an output independent
+    of the other inputs in its batch and of how far the batch is padded."""
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     encoder_output, inputs_padding = model.encode(inputs, training=False)
     limits = tf.reduce_sum(tf.cast(tf.logical_not(inputs_padding), tf.int32), axis=1)
-    limits += extra_length
-    return _Source(inputs, encoder_output, inputs_padding, limits,
-                   tf.shape(inputs)[1] + extra_length)
-
-
-class _SentenceInputs(NamedTuple):
-    """What the decoder reads of each sentence searched, one row per sentence: its source
-    padding and its memory, which its decoded sequences (beam search's beams) share: every
-    decoder layer's encoder-decoder keys and values (layers.attention.MemoryCache), or without
-    the cache the encoder output."""
-    inputs_padding: Any
-    memory: Any
-
-
-class _Decoder:
-    """The model's float32 next-token logits for the sequences searched, incremental
-    (`use_cache`) or over the whole prefix.
-
-    Besides the sequences' tokens it reads two kinds of rows, which the search moves each its
-    own way: one row per sentence (_SentenceInputs) and one row per decoded sequence (the
-    self-attention caches of DecodingCache; none without the cache), a sentence's sequences
-    consecutive. Without the cache, the encoder output is repeated per sequence.
-    """
-
-    def __init__(self, model, use_cache, fixed_shapes):
-        self.model = model
-        self.use_cache = use_cache
-        self.fixed_shapes = fixed_shapes
-
-    def start(self, source, cache_length):
-        """(the sentences' _SentenceInputs, the self-attention caches of one sequence per
-        sentence before the first step, with room for `cache_length` positions: all of them
-        with fixed shapes, else the first CACHE_CHUNK, `logits` adding room as it goes)."""
-        if not self.use_cache:
-            return _SentenceInputs(source.inputs_padding, source.encoder_output), []
-        cache = self.model.initial_cache(source.encoder_output, cache_length)
-        return _SentenceInputs(source.inputs_padding, cache.memory), cache.self_attention
-
-    def logits(self, decoded, position, sentences, caches):
-        """decoded [N, max_length + 1] (position 0 is the start symbol PAD) -> float32 logits
-        [N, V] for the token after `position`, and the caches with `position` added."""
-        if self.use_cache:
-            if not self.fixed_shapes:
-                caches = _with_room(caches, position)
-            logits, cache = self.model.decode_step(
-                decoded[:, position], position, DecodingCache(caches, sentences.memory),
-                sentences.inputs_padding)
-            return _float32(logits), cache.self_attention
-        # Without the cache the decoder reruns the prefix, positions 0..position, and no more
-        # (the causal mask hides what follows); with fixed shapes, for XLA, the whole room.
-        prefix = decoded[:, :-1] if self.fixed_shapes else decoded[:, :position + 1]
-        beams = tf.shape(decoded)[0] // tf.maximum(tf.shape(sentences.inputs_padding)[0], 1)
-        logits = self.model.decode(prefix, _tile_beams(sentences.memory, beams),
-                                   _tile_beams(sentences.inputs_padding, beams), training=False)
-        return _float32(logits[:, position, :]), caches
+    max_length = tf.shape(inputs)[1] + extra_length
+    cache = model.initial_cache(encoder_output, inputs_padding, batch.cache_length(max_length))
+    return cache, limits + extra_length, max_length
 
 
 def _with_room(caches, position):
@@ -209,11 +152,10 @@ class _Batch:
     (`fixed_shapes`) and one without (the module docstring says why).
 
     fixed_shapes: every sentence keeps its rows until the whole batch is done, a sentence done
-    keeping the results it had then; the self-attention caches have room for every position
-    (FixedLengthCache). Otherwise done sentences leave the batch, their results written, as
-    soon as the rows of fewer sentences hold those not done (`kept`; the done ones that stay
-    keep their results, as with fixed shapes); the caches' room grows by CACHE_CHUNK
-    positions when it is full (`_with_room`).
+    keeping the results it had then; the self-attention caches have room for every position.
+    Otherwise done sentences leave the batch as soon as the rows of fewer sentences hold those
+    not done (`kept`; the done ones that stay keep their results, as with fixed shapes); the
+    caches' room grows by CACHE_CHUNK positions when it is full (`_with_room`).
     """
 
     def __init__(self, fixed_shapes):
@@ -223,6 +165,14 @@ class _Batch:
         """The self-attention caches' room at the start: max_length positions with fixed
         shapes, else CACHE_CHUNK."""
         return max_length if self.fixed_shapes else CACHE_CHUNK
+
+    def decode_step(self, model, ids, position, cache):
+        """The model's float32 logits [rows, V] for the token after `ids` [rows] at `position`,
+        and the cache with `position` added (without fixed shapes, given room for it first)."""
+        if not self.fixed_shapes:
+            cache = cache._replace(self_attention=_with_room(cache.self_attention, position))
+        logits, cache = model.decode_step(ids, position, cache)
+        return _float32(logits), cache
 
     def kept(self, done):
         """Indices int32 [n] of the rows that go on, of done bool [b]: every row with fixed
@@ -239,42 +189,36 @@ class _Batch:
         stays = tf.logical_not(done) | (done_before <= size - going_on)
         return tf.cast(tf.reshape(tf.where(stays), [-1]), tf.int32)
 
-    def results_kept(self, done_before, before, after):
-        """`after`, the results of a step, but those of the sentences done before it
-        (done_before [b]: with fixed shapes, or among the rows `kept`), which stay `before`."""
-        def kept(before, after):
-            return tf.where(tf.reshape(done_before, [-1] + [1] * (after.shape.rank - 1)),
-                            before, after)
-        return tf.nest.map_structure(kept, before, after)
-
     def follow(self, caches, rows):
-        """The caches (a row per decoded sequence) of the next step: its row i continues row
-        rows[i] (beam search reorders its beams, and leaves out those of sentences done)."""
+        """The self-attention caches (a row per decoded sequence) of the next step: its row i
+        continues row rows[i] (beam search reorders its beams, and leaves out those of
+        sentences done)."""
         def gather(tensor):
             followed = tf.gather(tensor, rows)
             return tf.ensure_shape(followed, tensor.shape) if self.fixed_shapes else followed
         return tf.nest.map_structure(gather, caches)
 
-    def leave(self, state, kept):
-        """`state` for the next step: without fixed shapes, when a sentence is done (a row of
-        state.rows is not `kept`), the results of every row are written into state.results
-        and only the rows kept go on."""
+    def leave(self, kept, done, rows):
+        """`rows` (tensors with a row per sentence searched, done bool [b]) for the next step:
+        without fixed shapes, when a sentence leaves (a row is not `kept`), the rows kept."""
         if self.fixed_shapes:
-            return state
+            return rows
+        return tf.cond(tf.size(kept) < tf.size(done), lambda: _gather(rows, kept),
+                       lambda: rows)
 
-        def without_the_done():
-            return state._replace(rows=_gather(state.rows, kept),
-                                  results=self.written_results(state))
-        return tf.cond(tf.size(kept) < tf.size(state.rows.done), without_the_done,
-                       lambda: state)
+    def of_rows(self, results, sentence):
+        """The rows `sentence` [b] of `results` (a row per input): with fixed shapes, where
+        every sentence keeps its row, `results` as they are."""
+        return results if self.fixed_shapes else _gather(results, sentence)
 
-    @staticmethod
-    def written_results(state):
-        """state.results (a row per input) with those of state.rows written in."""
-        indices = state.rows.sentence[:, tf.newaxis]
+    def written(self, results, sentence, rows):
+        """`results` (a row per input) with `rows` written at the rows `sentence` [b]: with
+        fixed shapes, `rows` themselves."""
+        if self.fixed_shapes:
+            return rows
         return tf.nest.map_structure(
-            lambda results, rows: tf.tensor_scatter_nd_update(results, indices, rows),
-            state.results, state.rows.results())
+            lambda result, row: tf.tensor_scatter_nd_update(result, sentence[:, tf.newaxis],
+                                                            row), results, rows)
 
     def loop(self, keep_going, step, state):
         """tf.while_loop of `step` over `state` (a NamedTuple) while `keep_going`. With fixed
@@ -296,7 +240,7 @@ def _gather(structure, indices):
 def _shapes_of_a_shrinking_batch(structure):
     """The shapes of `structure` (tensors in lists and NamedTuples) with any number of rows
     (their leading dimension, but of scalars) and, in a self-attention cache, any length."""
-    if isinstance(structure, (FixedLengthCache, GrowingCache)):
+    if isinstance(structure, FixedLengthCache):
         return type(structure)(*(tf.TensorShape([None, tensor.shape[1], None, tensor.shape[3]])
                                  for tensor in structure))
     if isinstance(structure, tuple) and hasattr(structure, "_fields"):
@@ -308,81 +252,63 @@ def _shapes_of_a_shrinking_batch(structure):
     return tf.TensorShape([None]).concatenate(structure.shape[1:])
 
 
-class _GreedyResults(NamedTuple):
-    """Greedy search's output of each sentence."""
-    decoded: Any  # int32 [n, max_length + 1]: the start symbol, then the tokens chosen
-    score: Any  # float32 [n]: their log probability
-
-
-class _GreedyRows(NamedTuple):
-    """Greedy search's rows, one per sentence still searched (one decoded sequence each)."""
-    sentence: Any  # int32 [n]: the index of its input
-    done: Any  # bool [n]: it has produced EOS or reached its limit
-    decoded: Any
-    score: Any
-    inputs: _SentenceInputs
-    caches: Any  # the self-attention caches (_Decoder)
-
-    def results(self):
-        return _GreedyResults(self.decoded, self.score)
-
-
 class _GreedyState(NamedTuple):
-    """The greedy search loop's state."""
-    position: Any  # int32 scalar: where the step reads its input; its output lands at + 1
-    rows: _GreedyRows
-    results: _GreedyResults  # of every input
+    """Greedy search's loop state: the rows of the sentences still searched (n), one decoded
+    sequence each, and the outputs of every input (B), written at each step."""
+    step: Any  # int32 scalar: the position each row's input is at; its output lands at + 1
+    sentence: Any  # int32 [n]: each row's input
+    done: Any  # bool [n]: it has produced EOS or reached its limit
+    next_ids: Any  # int32 [n]: each row's token at `step` (first the start symbol, PAD)
+    decoded_ids: Any  # int32 [B, max_length + 1]: the start symbol, then the tokens chosen
+    log_probs: Any  # float32 [B]: their log probability
+    cache: DecodingCache  # a row per row
 
 
-def greedy_search(model, inputs, extra_length: int = 50, use_cache: bool = True,
-                  fixed_shapes: bool = False):
+def greedy_search(model, inputs, extra_length: int = 50, fixed_shapes: bool = False):
     """Greedy decoding of padded `inputs` [B, S]: ids [B, S + extra_length] and their log
     probabilities [B]. A sentence is done when it has produced EOS or reached its limit; done
     sentences leave the batch (`_Batch.kept`; those that stay, and with fixed_shapes all, are
     padded with PAD until they leave or all are done)."""
-    source = _encode(model, inputs, extra_length)
-    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache, fixed_shapes)
-    batch_size = tf.shape(source.ids)[0]
-    sentences, caches = decoder.start(source, batch.cache_length(source.max_length))
-    # decoded[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
-    results = _GreedyResults(tf.zeros([batch_size, source.max_length + 1], tf.int32),
-                             tf.zeros([batch_size], tf.float32))
-    positions = tf.range(source.max_length + 1)[tf.newaxis, :]
+    batch = _Batch(fixed_shapes)
+    cache, limits, max_length = _start(model, inputs, extra_length, batch)
+    batch_size = tf.shape(limits)[0]
 
     def step(state):
-        t, rows = state.position, state.rows
-        logits, caches = decoder.logits(rows.decoded, t, rows.inputs, rows.caches)
+        t, sentence = state.step, state.sentence
+        logits, cache = batch.decode_step(model, state.next_ids, t, state.cache)
         log_probs = tf.nn.log_softmax(logits)
         next_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         best = tf.gather(log_probs, next_ids, batch_dims=1)
-        score = rows.score + tf.where(rows.done, 0.0, best)
-        next_ids = tf.where(rows.done, PAD_ID, next_ids)
-        decoded = tf.where(positions == t + 1, next_ids[:, tf.newaxis], rows.decoded)
-        done = rows.done | (tf.equal(next_ids, EOS_ID)
-                            | (t + 1 >= tf.gather(source.limits, rows.sentence)))
-        rows = rows._replace(done=done, decoded=decoded, score=score, caches=caches)
-        return batch.leave(_GreedyState(t + 1, rows, state.results), batch.kept(done))
+        next_ids = tf.where(state.done, PAD_ID, next_ids)
+        rows = sentence[:, tf.newaxis]
+        decoded_ids = tf.tensor_scatter_nd_update(
+            state.decoded_ids, tf.concat([rows, tf.fill(tf.shape(rows), t + 1)], axis=1),
+            next_ids)
+        total = tf.tensor_scatter_nd_add(state.log_probs, rows,
+                                         tf.where(state.done, 0.0, best))
+        done = state.done | (tf.equal(next_ids, EOS_ID)
+                             | (t + 1 >= tf.gather(limits, sentence)))
+        sentence, done, next_ids, cache = batch.leave(batch.kept(done), done,
+                                                      (sentence, done, next_ids, cache))
+        return _GreedyState(t + 1, sentence, done, next_ids, decoded_ids, total, cache)
 
     def keep_going(state):
-        return tf.logical_and(state.position < source.max_length,
-                              tf.logical_not(tf.reduce_all(state.rows.done)))
+        return tf.logical_and(state.step < max_length,
+                              tf.logical_not(tf.reduce_all(state.done)))
 
-    rows = _GreedyRows(sentence=tf.range(batch_size), done=tf.zeros([batch_size], tf.bool),
-                       decoded=results.decoded, score=results.score, inputs=sentences,
-                       caches=caches)
-    state = batch.loop(keep_going, step, _GreedyState(tf.constant(0), rows, results))
-    results = batch.written_results(state)
-    return results.decoded[:, 1:], results.score
+    # decoded_ids[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
+    state = _GreedyState(
+        step=tf.constant(0), sentence=tf.range(batch_size),
+        done=tf.zeros([batch_size], tf.bool), next_ids=tf.fill([batch_size], PAD_ID),
+        decoded_ids=tf.zeros([batch_size, max_length + 1], tf.int32),
+        log_probs=tf.zeros([batch_size], tf.float32), cache=cache)
+    state = batch.loop(keep_going, step, state)
+    return state.decoded_ids[:, 1:], state.log_probs
 
 
 def _merge_beams(tensor, batch_size, beam_size):
     """[B * K, ...] -> [B, K, ...]."""
     return tf.reshape(tensor, tf.concat([[batch_size, beam_size], tf.shape(tensor)[1:]], 0))
-
-
-def _flatten_beams(tensor):
-    """[B, K, ...] -> [B * K, ...]: a sentence's beams consecutive."""
-    return tf.reshape(tensor, tf.concat([[-1], tf.shape(tensor)[2:]], 0))
 
 
 def _tile_beams(tensor, beam_size):
@@ -395,38 +321,22 @@ def _gather_beams(tensor, indices):
     return tf.gather(tensor, indices, batch_dims=1)
 
 
-class _Alive(NamedTuple):
-    """The K most probable sequences of each sentence that have not ended, best first."""
-    sequences: Any  # int32 [b, K, max_length + 1], the start symbol first
-    log_probs: Any  # float32 [b, K]
-
-
-class _Finished(NamedTuple):
-    """The K best ended sequences of each sentence, best first."""
-    sequences: Any  # int32 [b, K, max_length + 1]
-    scores: Any  # float32 [b, K]: log probability / length_penalty; NEG_INF in empty slots
-    flags: Any  # bool [b, K]: the slot holds an ended sequence
-
-
-class _BeamRows(NamedTuple):
-    """Beam search's rows, one per sentence still searched."""
-    sentence: Any  # int32 [b]: the index of its input
+class _BeamState(NamedTuple):
+    """Beam search's loop state, t2t's beam search's (alive and finished sequences, with their
+    log probabilities, scores and flags, and the cache), for the rows of the sentences still
+    searched (b) and, finished, of every input (B)."""
+    step: Any  # int32 scalar: the position each step reads; its tokens land at + 1
+    sentence: Any  # int32 [b]: each row's input
     done: Any  # bool [b]: _Stopping's rule says so
     ended: Any  # int32 [b]: candidates ended among its K best so far (stop_after_finished)
-    alive: _Alive
-    finished: _Finished
-    inputs: _SentenceInputs
-
-    def results(self):
-        return self.finished
-
-
-class _BeamState(NamedTuple):
-    """The beam search loop's state."""
-    position: Any  # int32 scalar: where the step reads its input; its output lands at + 1
-    rows: _BeamRows
-    caches: Any  # the self-attention caches (_Decoder): a row per alive beam, b * K
-    results: _Finished  # of every input
+    # The K most probable sequences of each sentence that have not ended, best first:
+    alive_seq: Any  # int32 [b, K, max_length + 1], the start symbol first
+    alive_log_probs: Any  # float32 [b, K]
+    # The K best ended sequences of each input, best first:
+    finished_seq: Any  # int32 [B, K, max_length + 1]
+    finished_scores: Any  # float32 [B, K]: log probability / length_penalty; NEG_INF if none
+    finished_flags: Any  # bool [B, K]: the slot holds an ended sequence
+    cache: DecodingCache  # self-attention: a row per alive beam (b * K); the rest: per sentence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,29 +349,29 @@ class _Stopping:
     beam_size: int
     stop_after_finished: int
 
-    def after_step(self, rows, ends, limits):
-        """(done [b], ended [b]) of `rows` updated by a step, whose candidates `ends` [b, 2K]
-        (best first) ended; `limits` [b] are the sentences' length limits."""
-        done = rows.done | self.bound_met(rows.alive, rows.finished, limits)
-        ended = rows.ended
+    def after_step(self, done, ended, alive_log_probs, finished_scores, finished_flags, ends,
+                   limits):
+        """(done [b], ended [b]) updated by a step that left the rows' alive log probabilities
+        and finished scores and flags [b, K], and whose candidates `ends` [b, 2K] (best first)
+        ended; `limits` [b] are the sentences' length limits."""
+        done |= self.bound_met(alive_log_probs, finished_scores, finished_flags, limits)
         if self.stop_after_finished:  # else `ended` stays 0: no count in the default's steps
             ended += tf.reduce_sum(tf.cast(ends[:, :self.beam_size], tf.int32), axis=1)
             done |= ended >= self.stop_after_finished
         return done, ended
 
-    def bound_met(self, alive, finished, limits):
+    def bound_met(self, alive_log_probs, finished_scores, finished_flags, limits):
         """[b]: the best score an alive beam can still reach, its log probability (which only
         falls) over the largest penalty (at its input's limit), cannot beat the best finished
         sequence, the one returned. (t2t waited until it could not beat the worst of the K
         finished ones, which it could return too; the returned best is the same.)"""
-        best_alive = alive.log_probs[:, 0] / length_penalty(limits, self.alpha)
-        best_finished = tf.where(finished.flags[:, 0], finished.scores[:, 0], NEG_INF)
+        best_alive = alive_log_probs[:, 0] / length_penalty(limits, self.alpha)
+        best_finished = tf.where(finished_flags[:, 0], finished_scores[:, 0], NEG_INF)
         return best_finished > best_alive
 
 
 def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
-                use_cache: bool = True, fixed_shapes: bool = False,
-                stop_after_finished: int = 0):
+                fixed_shapes: bool = False, stop_after_finished: int = 0):
     """The paper's beam search (§6.1, beam 4, length penalty alpha 0.6), as t2t's
     beam_search.py: keeps the `beam_size` most probable unfinished sequences ("alive") and the
     `beam_size` best finished ones, scored by log probability / length_penalty. A candidate
@@ -476,108 +386,120 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
     Returns ids [B, S + extra_length] (the best finished sequence of each input, or the best
     alive one if none finished) and their scores [B].
     """
-    source = _encode(model, inputs, extra_length)
-    batch, decoder = _Batch(fixed_shapes), _Decoder(model, use_cache, fixed_shapes)
+    batch = _Batch(fixed_shapes)
     stopping = _Stopping(alpha, beam_size, stop_after_finished)
-    batch_size = tf.shape(source.ids)[0]
+    cache, limits, max_length = _start(model, inputs, extra_length, batch)
+    batch_size = tf.shape(limits)[0]
     per_beam = min(2 * beam_size, model.vocab_size)  # each beam's best tokens considered
-    length = source.max_length + 1  # with the start position
+    length = max_length + 1  # with the start position
     positions = tf.range(length)[tf.newaxis, tf.newaxis, :]
 
     def candidates(state):
         """Each alive beam's best per_beam tokens: their log probabilities and ids [b * K,
-        per_beam], and the caches with the step's position added."""
-        logits, caches = decoder.logits(_flatten_beams(state.rows.alive.sequences),
-                                        state.position, state.rows.inputs, state.caches)
+        per_beam], and the cache with the step's position added."""
+        logits, cache = batch.decode_step(
+            model, tf.reshape(state.alive_seq[:, :, state.step], [-1]), state.step,
+            state.cache)
         log_probs, tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
-        return log_probs, tokens, caches
+        return log_probs, tokens, cache
 
     def first_candidates(state):
         """`candidates` at position 0, where the K beams of a sentence all hold the start
         symbol alone: the decoder runs on one row per sentence (the caches have one), and its
-        candidates and caches are repeated for the K beams. Only the first beam is alive
-        (initial log probabilities 0, NEG_INF, ...), so that the step does not pick K copies."""
-        logits, caches = decoder.logits(state.rows.alive.sequences[:, 0], state.position,
-                                        state.rows.inputs, state.caches)
+        candidates and self-attention caches are repeated for the K beams. Only the first beam
+        is alive (initial log probabilities 0, NEG_INF, ...), so that the step does not pick K
+        copies."""
+        logits, cache = batch.decode_step(model, state.alive_seq[:, 0, state.step],
+                                          state.step, state.cache)
         log_probs, tokens = block_top_k(tf.nn.log_softmax(logits), per_beam)
-        return tf.nest.map_structure(lambda tensor: _tile_beams(tensor, beam_size),
-                                     (log_probs, tokens, caches))
+        log_probs, tokens, self_attention = tf.nest.map_structure(
+            lambda tensor: _tile_beams(tensor, beam_size),
+            (log_probs, tokens, cache.self_attention))
+        return log_probs, tokens, cache._replace(self_attention=self_attention)
 
     def step(state, candidates=candidates):
         """The state after one token more: the 2K best continuations of the alive beams
         (`candidates`), the K best of them alive and those that ended among the finished."""
-        t, rows = state.position, state.rows
-        b = tf.shape(rows.sentence)[0]
-        limits = tf.gather(source.limits, rows.sentence)
-        beam_log_probs, beam_tokens, caches = candidates(state)
+        t, sentence = state.step, state.sentence
+        b = tf.shape(sentence)[0]
+        row_limits = tf.gather(limits, sentence)
+        beam_log_probs, beam_tokens, cache = candidates(state)
         # 2K candidates: even if K of them end with EOS, K stay alive. They are the top 2K of
         # the K beams' best 2K tokens each (the top 2K of all K * V, in the same order).
         candidate_log_probs = (_merge_beams(beam_log_probs, b, beam_size)
-                               + rows.alive.log_probs[:, :, tf.newaxis])  # [b, K, 2K]
+                               + state.alive_log_probs[:, :, tf.newaxis])  # [b, K, 2K]
         top_log_probs, top_indices = tf.math.top_k(
             tf.reshape(candidate_log_probs, [b, beam_size * per_beam]), k=2 * beam_size)
         beam_indices = top_indices // per_beam
         token_ids = tf.gather(tf.reshape(beam_tokens, [b, beam_size * per_beam]),
                               top_indices, batch_dims=1)
-        top_seq = _gather_beams(rows.alive.sequences, beam_indices)
+        top_seq = _gather_beams(state.alive_seq, beam_indices)
         top_seq = tf.where(positions == t + 1, token_ids[:, :, tf.newaxis], top_seq)
         # A candidate ends with EOS, or by reaching its input's length limit.
-        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= limits)[:, tf.newaxis]
+        ends = tf.equal(token_ids, EOS_ID) | (t + 1 >= row_limits)[:, tf.newaxis]
 
         # Alive: the best K candidates that did not end.
         alive_candidates = top_log_probs + tf.cast(ends, tf.float32) * NEG_INF
         _, alive_choice = tf.math.top_k(alive_candidates, k=beam_size)
-        alive = _Alive(_gather_beams(top_seq, alive_choice),
-                       _gather_beams(alive_candidates, alive_choice))
+        alive_seq = _gather_beams(top_seq, alive_choice)
+        alive_log_probs = _gather_beams(alive_candidates, alive_choice)
         parents = _gather_beams(beam_indices, alive_choice)  # [b, K]: the beam each continues
 
-        # Finished: the best K of the old finished ones and the candidates that ended now.
+        # Finished: the best K of the old finished ones and the candidates that ended now
+        # (those of a sentence done before this step stay).
+        old_seq, old_scores, old_flags = batch.of_rows(
+            (state.finished_seq, state.finished_scores, state.finished_flags), sentence)
         scores = top_log_probs / length_penalty(t + 1, alpha)
         scores += (1.0 - tf.cast(ends, tf.float32)) * NEG_INF
-        all_scores = tf.concat([rows.finished.scores, scores], axis=1)
-        finished_scores, finished_choice = tf.math.top_k(all_scores, k=beam_size)
-        finished = _Finished(
-            _gather_beams(tf.concat([rows.finished.sequences, top_seq], axis=1),
-                          finished_choice),
-            finished_scores,
-            _gather_beams(tf.concat([rows.finished.flags, ends], axis=1), finished_choice))
-        finished = batch.results_kept(rows.done, rows.finished, finished)
+        finished_scores, finished_choice = tf.math.top_k(tf.concat([old_scores, scores], 1),
+                                                         k=beam_size)
+        finished_seq = _gather_beams(tf.concat([old_seq, top_seq], axis=1), finished_choice)
+        finished_flags = _gather_beams(tf.concat([old_flags, ends], axis=1), finished_choice)
+        done_before = state.done[:, tf.newaxis]
+        finished_seq = tf.where(done_before[:, :, tf.newaxis], old_seq, finished_seq)
+        finished_scores = tf.where(done_before, old_scores, finished_scores)
+        finished_flags = tf.where(done_before, old_flags, finished_flags)
 
-        rows = rows._replace(alive=alive, finished=finished)
-        done, ended = stopping.after_step(rows, ends, limits)
-        rows = rows._replace(done=done, ended=ended)
+        done, ended = stopping.after_step(state.done, state.ended, alive_log_probs,
+                                          finished_scores, finished_flags, ends, row_limits)
         kept = batch.kept(done)
-        caches = batch.follow(
-            caches, _flatten_beams(kept[:, tf.newaxis] * beam_size + tf.gather(parents, kept)))
-        return batch.leave(_BeamState(t + 1, rows, caches, state.results), kept)
+        self_attention = batch.follow(
+            cache.self_attention,
+            tf.reshape(kept[:, tf.newaxis] * beam_size + tf.gather(parents, kept), [-1]))
+        finished = batch.written(
+            (state.finished_seq, state.finished_scores, state.finished_flags), sentence,
+            (finished_seq, finished_scores, finished_flags))
+        sentence, done, ended, alive_seq, alive_log_probs, memory, bias = batch.leave(
+            kept, done, (sentence, done, ended, alive_seq, alive_log_probs, cache.memory,
+                         cache.encoder_decoder_bias))
+        return _BeamState(t + 1, sentence, done, ended, alive_seq, alive_log_probs, *finished,
+                          DecodingCache(self_attention, memory, bias))
 
     def keep_going(state):
-        return tf.logical_and(state.position < source.max_length,
-                              tf.logical_not(tf.reduce_all(state.rows.done)))
+        return tf.logical_and(state.step < max_length,
+                              tf.logical_not(tf.reduce_all(state.done)))
 
-    sentences, caches = decoder.start(source, batch.cache_length(source.max_length))
-    finished = _Finished(tf.zeros([batch_size, beam_size, length], tf.int32),
-                         tf.fill([batch_size, beam_size], NEG_INF),
-                         tf.zeros([batch_size, beam_size], tf.bool))
-    alive = _Alive(tf.zeros([batch_size, beam_size, length], tf.int32),  # first_candidates
-                   tf.tile(tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]), [batch_size, 1]))
-    rows = _BeamRows(sentence=tf.range(batch_size), done=tf.zeros([batch_size], tf.bool),
-                     ended=tf.zeros([batch_size], tf.int32), alive=alive, finished=finished,
-                     inputs=sentences)
-    state = step(_BeamState(tf.constant(0), rows, caches, finished), first_candidates)
+    state = _BeamState(
+        step=tf.constant(0), sentence=tf.range(batch_size),
+        done=tf.zeros([batch_size], tf.bool), ended=tf.zeros([batch_size], tf.int32),
+        alive_seq=tf.zeros([batch_size, beam_size, length], tf.int32),  # first_candidates
+        alive_log_probs=tf.tile(tf.constant([[0.0] + [NEG_INF] * (beam_size - 1)]),
+                                [batch_size, 1]),
+        finished_seq=tf.zeros([batch_size, beam_size, length], tf.int32),
+        finished_scores=tf.fill([batch_size, beam_size], NEG_INF),
+        finished_flags=tf.zeros([batch_size, beam_size], tf.bool), cache=cache)
+    state = step(state, first_candidates)
     state = batch.loop(keep_going, step, state)
-    results, rows = batch.written_results(state), state.rows
     # Sentences searched to the last step without a finished sequence: their best alive one.
-    best_alive_seq = tf.scatter_nd(rows.sentence[:, tf.newaxis], rows.alive.sequences[:, 0],
-                                   [batch_size, length])
+    rows = state.sentence[:, tf.newaxis]
+    best_alive_seq = tf.scatter_nd(rows, state.alive_seq[:, 0], [batch_size, length])
     best_alive_score = tf.scatter_nd(
-        rows.sentence[:, tf.newaxis],
-        rows.alive.log_probs[:, 0] / length_penalty(tf.gather(source.limits, rows.sentence),
-                                                    alpha),
+        rows, state.alive_log_probs[:, 0] / length_penalty(tf.gather(limits, state.sentence),
+                                                           alpha),
         [batch_size])
-    any_finished = tf.reduce_any(results.flags, axis=1)
-    best_seq = tf.where(any_finished[:, tf.newaxis], results.sequences[:, 0], best_alive_seq)
-    best_score = tf.where(any_finished, results.scores[:, 0], best_alive_score)
+    any_finished = tf.reduce_any(state.finished_flags, axis=1)
+    best_seq = tf.where(any_finished[:, tf.newaxis], state.finished_seq[:, 0], best_alive_seq)
+    best_score = tf.where(any_finished, state.finished_scores[:, 0], best_alive_score)
     return best_seq[:, 1:], best_score
 
 
@@ -590,15 +512,13 @@ def search(model, inputs, search_hparams: SearchHParams, fixed_shapes: bool = Fa
     hp = search_hparams
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     width = tf.shape(inputs)[1] + hp.extra_length
-    with model.decoding_layout():  # the decoder's weights laid out for steps, once per search
-        if hp.beam_size > 1:
-            ids, scores = beam_search(model, padded_to_multiple(inputs), hp.beam_size,
-                                      hp.alpha, hp.extra_length, hp.use_cache,
-                                      fixed_shapes=fixed_shapes,
-                                      stop_after_finished=hp.stop_after_finished)
-        else:
-            ids, scores = greedy_search(model, padded_to_multiple(inputs), hp.extra_length,
-                                        hp.use_cache, fixed_shapes=fixed_shapes)
+    if hp.beam_size > 1:
+        ids, scores = beam_search(model, padded_to_multiple(inputs), hp.beam_size, hp.alpha,
+                                  hp.extra_length, fixed_shapes=fixed_shapes,
+                                  stop_after_finished=hp.stop_after_finished)
+    else:
+        ids, scores = greedy_search(model, padded_to_multiple(inputs), hp.extra_length,
+                                    fixed_shapes=fixed_shapes)
     return ids[:, :width], scores
 
 

@@ -6,10 +6,11 @@ Masks are additive biases, as in t2t's common_attention: 0 where attending is al
 where it is not, broadcast against the logits [batch, heads, queries, keys].
 
 Incremental decoding (t2t's fast decoding) goes through the same `MultiHeadAttention.call`, with
-a cache of keys and values as its argument (as OpenNMT-tf's attention takes one):
+a cache of keys and values as its argument (as OpenNMT-tf's attention takes one) and one query
+position per row, [rows, d]:
 
-- `GrowingCache` or `FixedLengthCache`: a self-attention's keys and values of the positions
-  decoded so far, one row per decoded sequence; each step adds its own position.
+- `FixedLengthCache`: a self-attention's keys and values of the positions decoded so far, one
+  row per decoded sequence, with room for more; each step writes its own position.
 - `MemoryCache`: the keys and values of the memory (the encoder output), projected once per
   sentence and shared by the query rows of that sentence (beam search's beams).
 """
@@ -19,7 +20,6 @@ from typing import Any, NamedTuple
 import keras
 from keras import ops
 
-from t2t_lite.layers.dense import Dense
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.kernels import LayerWithKernels
 
@@ -40,27 +40,13 @@ def causal_bias(length):
     return ops.cast(future, "float32")[None, None] * NEG_INF
 
 
-class GrowingCache(NamedTuple):
-    """A self-attention's keys and values of the positions decoded so far, [rows, heads,
-    positions, depth / heads] each, one row per decoded sequence. Each step appends its position,
-    so that a step reads and writes only the positions decoded so far (TensorFlow without XLA,
-    whose loops may change shapes); it starts with none (`MultiHeadAttention.empty_cache`)."""
-    key: Any
-    value: Any
-
-    def add(self, key, value, position):
-        """The cache with the keys and values [rows, heads, 1, depth / heads] of `position` (the
-        next one, as the cache's length says) appended, and the bias of the keys hidden from
-        that position: None, as no later position is cached."""
-        del position  # the cache's length
-        return GrowingCache(ops.concatenate([self.key, key], axis=2),
-                            ops.concatenate([self.value, value], axis=2)), None
-
-
 class FixedLengthCache(NamedTuple):
-    """GrowingCache with room for every position from the start, [rows, heads, max_length,
-    depth / heads] each, so that a decoding loop keeps fixed shapes (XLA compiles only those).
-    A step writes its position and reads the whole buffer, the later positions masked."""
+    """A self-attention's keys and values of the positions decoded so far, [rows, heads, room,
+    depth / heads] each, one row per decoded sequence, with room for the later positions
+    (`MultiHeadAttention.empty_cache`): a step writes its position and reads the whole room,
+    the later positions masked, so that the room's shape need not change at every step (XLA
+    compiles fixed shapes only; without XLA the search grows the room a few positions at a
+    time, decoding.search)."""
     key: Any
     value: Any
 
@@ -111,8 +97,8 @@ class MultiHeadAttention(LayerWithKernels):
         bias: float additive bias broadcastable to [batch, heads, queries, keys], e.g.
             `padding_bias(...)` or `causal_bias(...)`; None for no mask. A self-attention
             cache makes its own (hiding the positions not decoded yet).
-        cache: decoding: a GrowingCache or FixedLengthCache of this self-attention's earlier
-            positions (the query rows' own position is added), or the MemoryCache of `memory`.
+        cache: decoding: the FixedLengthCache of this self-attention's earlier positions (the
+            query rows' own position is added), or the MemoryCache of `memory`.
         position: decoding with a self-attention cache: the query rows' position.
         training: enables dropout.
         return_attention_scores: also return the weights [batch, heads, queries, keys] (float32,
@@ -135,7 +121,7 @@ class MultiHeadAttention(LayerWithKernels):
         self.depth_per_head = depth // self.num_heads
 
         def projection(name, index):
-            return Dense(
+            return keras.layers.Dense(
                 depth, use_bias=False, name=name, dtype=self.dtype_policy,
                 kernel_initializer=self.kernel_initializer_of(index))
 
@@ -151,9 +137,10 @@ class MultiHeadAttention(LayerWithKernels):
 
     def call(self, query, memory=None, bias=None, cache=None, position=None, training=False,
              return_attention_scores=False):
+        memory_rows = None
         if isinstance(cache, MemoryCache):
             key, value = cache
-            q = self.split_heads(self.query_dense(query), key_rows=ops.shape(key)[0])
+            memory_rows = ops.shape(key)[0]  # a row per sentence, for the query rows of its beams
         else:
             source = query if memory is None else memory
             key = self.split_heads(self.key_dense(source))
@@ -161,7 +148,7 @@ class MultiHeadAttention(LayerWithKernels):
             if cache is not None:
                 cache, bias = cache.add(key, value, position)
                 key, value = cache
-            q = self.split_heads(self.query_dense(query))
+        q = self.split_heads(self.query_dense(query), memory_rows)
         q = q * (self.depth_per_head**-0.5)
         # §3.2.1 Scaled Dot-Product Attention on the heads, then the output projection.
         weights = self.attention_weights(q, key, bias)
@@ -178,42 +165,34 @@ class MultiHeadAttention(LayerWithKernels):
         return MemoryCache(self.split_heads(self.key_dense(memory)),
                            self.split_heads(self.value_dense(memory)))
 
-    def empty_cache(self, batch_size, max_length=None):
-        """The self-attention cache of no position yet for `batch_size` rows: a GrowingCache
-        of length 0, or with `max_length` a FixedLengthCache with room for that many positions."""
-        length = 0 if max_length is None else max_length
-        zeros = ops.zeros((batch_size, self.num_heads, length, self.depth_per_head),
+    def empty_cache(self, batch_size, room):
+        """The self-attention cache of no position yet for `batch_size` rows, a FixedLengthCache
+        with room for `room` positions."""
+        zeros = ops.zeros((batch_size, self.num_heads, room, self.depth_per_head),
                           dtype=self.compute_dtype)
-        return (GrowingCache if max_length is None else FixedLengthCache)(zeros, zeros)
+        return FixedLengthCache(zeros, zeros)
 
-    def split_heads(self, x, key_rows=None):
+    def split_heads(self, x, rows=None):
         """[batch, length, d] -> [batch, heads, length, d / heads].
 
-        Decoding, x [rows, d] holds one position per row: -> [rows, heads, 1, d / heads]; or,
-        with `key_rows` (a MemoryCache's sentences), the rows / key_rows consecutive rows of a
-        key row as its queries: [key_rows, heads, rows / key_rows, d / heads]."""
-        if len(x.shape) == 2 and key_rows is None:
-            # The transpose would move an axis of length 1: a reshape does it (a step's rows
-            # stay plain matrices, without a transpose per projection).
-            return ops.reshape(x, (-1, self.num_heads, 1, self.depth_per_head))
-        if len(x.shape) == 2:
-            batch = key_rows
-            length = ops.shape(x)[0] // ops.maximum(key_rows, 1)  # 0 rows: 0
+        Decoding's x [n, d], one position per row, is read as [rows, n / rows, d]: by default
+        [n, 1, d]; with the `rows` of a MemoryCache (its sentences), the n / rows consecutive
+        query rows of each sentence (its beams) as the positions of its row."""
+        if len(x.shape) == 2 and rows is None:
+            rows, length = -1, 1
+        elif len(x.shape) == 2:
+            length = ops.shape(x)[0] // ops.maximum(rows, 1)  # 0 rows: 0
         else:
-            batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, self.depth_per_head))
+            rows, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (rows, length, self.num_heads, self.depth_per_head))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def combine_heads(self, x, rows=False):
-        """[batch, heads, length, d / heads] -> [batch, length, d]; with `rows` (decoding, one
-        position per query row), -> [batch * length, d]."""
+        """[batch, heads, length, d / heads] -> [batch, length, d]; with `rows` (decoding's
+        query rows, read as split_heads reads them), -> [batch * length, d]."""
         depth = self.num_heads * self.depth_per_head
-        if rows and x.shape[2] == 1:  # one query per row: the transpose would be a reshape
-            return ops.reshape(x, (-1, depth))
-        if rows:
-            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, depth))
-        batch, length = ops.shape(x)[0], ops.shape(x)[2]
-        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, depth))
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (-1, depth) if rows else (ops.shape(x)[0], ops.shape(x)[1], depth))
 
     def attention_weights(self, q, k, bias=None):
         """softmax(q k^T + bias) in float32 over the keys, q already scaled: [batch, heads,

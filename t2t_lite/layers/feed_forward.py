@@ -4,7 +4,6 @@
 """
 import keras
 
-from t2t_lite.layers.dense import Dense
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.kernels import LayerWithKernels
 
@@ -30,11 +29,11 @@ class FeedForward(LayerWithKernels):
 
     def build(self, input_shape):
         depth = input_shape[-1]
-        self.filter_dense = Dense(
+        self.filter_dense = keras.layers.Dense(
             self.filter_size, activation="relu", name="filter", dtype=self.dtype_policy,
             kernel_initializer=self.kernel_initializer_of(0))
         self.relu_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
-        self.output_dense = Dense(
+        self.output_dense = keras.layers.Dense(
             depth, name="output", dtype=self.dtype_policy,
             kernel_initializer=self.kernel_initializer_of(1))
         self.filter_dense.build(input_shape)

@@ -8,7 +8,7 @@
 Sublayer connections follow hparams.layer_preprocess_sequence / layer_postprocess_sequence, so
 `transformer_base_v1` is the paper's post-norm model and `transformer_base` t2t's pre-norm one.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops
@@ -16,7 +16,6 @@ from keras import ops
 from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
-from t2t_lite.layers.decoding_layout import transposed_for_decoding, weight_matrices
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
@@ -174,9 +173,9 @@ class DecoderLayer(_TransformerLayer):
     def step(self, x, self_attention_cache, memory_cache, position, encoder_decoder_bias=None):
         """The layer at one decoding position: x [rows, d] is the input at `position`, one row
         per decoded sequence; `self_attention_cache` holds the keys and values of its earlier
-        positions (a GrowingCache or FixedLengthCache), `memory_cache` the encoder output's
-        (a MemoryCache, shared by a sentence's rows). Returns (output [rows, d], the
-        self-attention cache with `position` added).
+        positions (a FixedLengthCache), `memory_cache` the encoder output's (a MemoryCache,
+        shared by a sentence's rows). Returns (output [rows, d], the self-attention cache with
+        `position` added).
 
         The attentions are called through `call`, not the layer: Keras would cast the float32
         bias to a half-precision layer's dtype at every step."""
@@ -206,15 +205,19 @@ class DecoderLayer(_TransformerLayer):
 
 
 class DecodingCache(NamedTuple):
-    """What incremental decoding keeps between steps (t2t's fast decoding), per decoder layer:
+    """What incremental decoding keeps between steps, t2t's fast decoding's cache:
 
-    self_attention: the keys and values of the positions decoded so far (GrowingCache, or
-        FixedLengthCache with room for every position), one row per decoded sequence;
-    memory: the encoder output's keys and values (MemoryCache), one row per sentence, computed
-        once and shared by the sentence's decoded sequences (beam search's beams).
+    self_attention: per decoder layer, the keys and values of the positions decoded so far
+        (FixedLengthCache), one row per decoded sequence;
+    memory: per decoder layer, the encoder output's keys and values (MemoryCache), one row per
+        sentence, computed once and shared by the sentence's decoded sequences (beam search's
+        beams);
+    encoder_decoder_bias: the source padding's bias (padding_bias), one row per sentence, as
+        t2t's cache kept its encoder_decoder_attention_bias.
     """
     self_attention: list
     memory: list
+    encoder_decoder_bias: Any
 
 
 def _layer_arguments(hparams):
@@ -296,30 +299,25 @@ class Transformer(keras.Model):
         """Shifted target ids [batch, T] (position 0 is PAD) -> float32 logits [batch, T, V]."""
         return self._decode(decoder_input, encoder_output, inputs_padding, training)
 
-    def initial_cache(self, encoder_output, max_length=None):
-        """The DecodingCache before the first step, for one decoded sequence per sentence: the
-        self-attention caches of no position yet (with `max_length`, fixed-size room for that
-        many, as XLA needs), and the encoder output's keys and values (computed here, once)."""
+    def initial_cache(self, encoder_output, inputs_padding, room):
+        """The DecodingCache before the first step, for one decoded sequence per sentence
+        (`encode`'s outputs): the self-attention caches of no position yet, with room for
+        `room` positions, and the encoder output's keys and values and the padding's bias
+        (computed here, once)."""
         batch_size = ops.shape(encoder_output)[0]
         return DecodingCache(
-            self_attention=[layer.self_attention.empty_cache(batch_size, max_length)
+            self_attention=[layer.self_attention.empty_cache(batch_size, room)
                             for layer in self.decoder_stack],
             memory=[layer.encoder_decoder_attention.project_memory(encoder_output)
-                    for layer in self.decoder_stack])
+                    for layer in self.decoder_stack],
+            encoder_decoder_bias=padding_bias(inputs_padding))
 
-    def decoding_layout(self):
-        """A context for building a decoding loop: within it, the decoder layers' projections
-        multiply `decode_step`'s rows by their weight matrices laid out for them, made once on
-        entry (layers.decoding_layout; the same values)."""
-        return transposed_for_decoding(weight_matrices(self.decoder_stack))
-
-    def decode_step(self, ids, position, cache, inputs_padding):
+    def decode_step(self, ids, position, cache):
         """One step of incremental decoding: `ids` [rows] are the decoder inputs at `position`
         (PAD at 0, then the previous outputs), one row per decoded sequence; `cache` is the
-        DecodingCache (initial_cache, then this method's), `inputs_padding` [sentences, S] the
-        source padding. Returns (float32 logits [rows, V] for the output at `position`, the
+        DecodingCache (initial_cache, then this method's), whose self-attention caches have room
+        for `position`. Returns (float32 logits [rows, V] for the output at `position`, the
         updated cache); the logits equal `decode(...)[:, position]` over the whole prefix."""
-        encoder_decoder_bias = padding_bias(inputs_padding)
         x = self._embed(self.target_embedding, ops.cast(ids, "int32")[:, None], False,
                         start_position=position)
         # [rows, d] from here: the step's dense layers are then plain matmuls, without the
@@ -328,7 +326,8 @@ class Transformer(keras.Model):
         self_attention = []
         for layer, layer_cache, memory in zip(self.decoder_stack, cache.self_attention,
                                               cache.memory):
-            x, layer_cache = layer.step(x, layer_cache, memory, position, encoder_decoder_bias)
+            x, layer_cache = layer.step(x, layer_cache, memory, position,
+                                        cache.encoder_decoder_bias)
             self_attention.append(layer_cache)
         x = self.decoder_final(x, training=False)
         return (self.softmax_embedding(x, reverse=True),

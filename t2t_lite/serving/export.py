@@ -184,7 +184,6 @@ def export(problem_name: str, model_name: str, hparams, data_dir: str, output_di
     xla_ops = ops_needing_xla(export_dir)
     if xla_ops and not jit_compile:
         logging.warning("the SavedModel uses %s, which TensorFlow runs by compiling it with XLA: "
-                        "start TensorFlow Serving with --xla_cpu_compilation_enabled=true (or "
-                        "export with --decode_hparams=use_cache=false, slower)",
+                        "start TensorFlow Serving with --xla_cpu_compilation_enabled=true",
                         ", ".join(xla_ops))
     return checkpoint_path

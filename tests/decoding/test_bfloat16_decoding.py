@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from keras.layers import Dense
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,7 +15,6 @@ import tensorflow as tf
 from t2t_lite import checkpoints, registry
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams
-from t2t_lite.layers.dense import Dense
 from t2t_lite.models.building import build_model
 
 SEARCH = SearchHParams(beam_size=4, alpha=0.6)
@@ -88,9 +88,10 @@ def test_the_search_multiplies_in_bfloat16_and_scores_in_float32(trained):
     inputs = tf.constant([[3, 4, 5, 1], [6, 1, 0, 0]])
     encoder_output, inputs_padding = model.encode(inputs)
     assert encoder_output.dtype == tf.bfloat16
-    cache = model.initial_cache(encoder_output)  # the keys and values: bfloat16
-    assert {tensor.dtype for tensor in tf.nest.flatten(cache)} == {tf.bfloat16}
-    logits, _ = model.decode_step(tf.zeros([2], tf.int32), 0, cache, inputs_padding)
+    cache = model.initial_cache(encoder_output, inputs_padding, 8)  # keys and values: bfloat16
+    keys_and_values = tf.nest.flatten((cache.self_attention, cache.memory))
+    assert {tensor.dtype for tensor in keys_and_values} == {tf.bfloat16}
+    logits, _ = model.decode_step(tf.zeros([2], tf.int32), 0, cache)
     assert logits.dtype == tf.float32
     # The pre-softmax projection, called from outside the model as decode_step calls it:
     # float32 products of the float32 matrix, to float32 rounding (1e-5); the matrix rounded

@@ -9,10 +9,9 @@ from t2t_lite.hparams_lib import HParamsError
 
 def test_each_name_goes_to_its_settings():
     search, translator = parse_decode_hparams("beam_size=2,alpha=0.6,batch_size=8,"
-                                              "jit_compile=true,use_cache=false,"
-                                              "parallel_batches=3,stop_after_finished=2")
-    assert search == SearchHParams(beam_size=2, alpha=0.6, use_cache=False,
-                                   stop_after_finished=2)
+                                              "jit_compile=true,parallel_batches=3,"
+                                              "stop_after_finished=2")
+    assert search == SearchHParams(beam_size=2, alpha=0.6, stop_after_finished=2)
     assert translator == TranslatorHParams(batch_size=8, jit_compile=True, parallel_batches=3)
 
 
@@ -24,9 +23,14 @@ def test_an_unknown_name_lists_the_names_of_both():
     with pytest.raises(HParamsError, match=r"unknown hparam 'beam_sise'\. Did you mean "
                                            r"'beam_size'\? Known hparams: alpha, batch_size, "
                                            r"beam_size, extra_length, jit_compile, "
-                                           r"parallel_batches, stop_after_finished, "
-                                           r"use_cache"):
+                                           r"parallel_batches, stop_after_finished$"):
         parse_decode_hparams("beam_sise=2")
+
+
+def test_the_search_without_its_cache_is_gone():
+    """The library has one search, incremental: use_cache is a name like any unknown one."""
+    with pytest.raises(HParamsError, match=r"unknown hparam 'use_cache'\. Known hparams: "):
+        parse_decode_hparams("use_cache=false")
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,4 +1,6 @@
-"""Incremental decoding and beam search (paper §6.1; t2t's fast decoding and beam_search.py)."""
+"""Incremental decoding and beam search (paper §6.1; t2t's fast decoding and beam_search.py),
+against t2t's searches written out in Python over the whole prefix."""
+import functools
 import itertools
 import math
 
@@ -10,8 +12,9 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding import search
-from t2t_lite.layers.attention import FixedLengthCache, GrowingCache, MemoryCache
+from t2t_lite.layers.attention import FixedLengthCache, MemoryCache, padding_bias
 from t2t_lite.models.building import build_model
+from t2t_lite.models.transformer import DecodingCache
 
 VOCAB_SIZE = 20
 
@@ -32,21 +35,103 @@ def inputs():
     return ids
 
 
-@pytest.mark.parametrize("fixed_length", [False, True])
-def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs, fixed_length):
+def test_one_step_with_the_cache_equals_the_whole_prefix(model, inputs):
+    """decode_step position by position gives decode's logits over the whole prefix (causal
+    masking hides the later positions), its cache holding every position's keys and values."""
     encoder_output, inputs_padding = model.encode(inputs)
     targets = np.random.default_rng(1).integers(2, VOCAB_SIZE, size=(3, 9)).astype(np.int32)
     decoder_input = np.concatenate([np.zeros((3, 1), np.int32), targets[:, :-1]], axis=1)
     whole = model.decode(decoder_input, encoder_output, inputs_padding).numpy()
-    cache = model.initial_cache(encoder_output, 9 if fixed_length else None)
-    assert isinstance(cache.self_attention[0], FixedLengthCache if fixed_length else GrowingCache)
+    cache = model.initial_cache(encoder_output, inputs_padding, 9)
+    assert all(isinstance(layer, FixedLengthCache) for layer in cache.self_attention)
     assert all(isinstance(memory, MemoryCache) for memory in cache.memory)
     for position in range(9):
-        logits, cache = model.decode_step(decoder_input[:, position], position, cache,
-                                          inputs_padding)
+        logits, cache = model.decode_step(decoder_input[:, position], position, cache)
         np.testing.assert_allclose(logits.numpy(), whole[:, position], rtol=1e-4, atol=1e-4)
-        cached_length = 9 if fixed_length else position + 1
-        assert cache.self_attention[0].key.shape[2] == cached_length
+        assert cache.self_attention[0].key.shape[2] == 9
+    assert not np.any(np.all(cache.self_attention[0].key.numpy() == 0, axis=-1))
+
+
+@functools.lru_cache(maxsize=None)
+def traced_decode(model):
+    """model.decode traced once for every length (the reference searches call it often)."""
+    return tf.function(model.decode, input_signature=[
+        tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.float32),
+        tf.TensorSpec([None, None], tf.bool)])
+
+
+def whole_prefix_log_probs(model, source):
+    """The `next_log_probs` of `model` for one input, its ids `source`, encoded alone: the
+    log-softmax of `decode` over the whole prefix, the start symbol (PAD) first."""
+    encoder_output, inputs_padding = model.encode(np.array([source], np.int32))
+
+    @functools.lru_cache(maxsize=None)
+    def next_log_probs(sequence):
+        logits = traced_decode(model)(tf.constant([(0,) + sequence], tf.int32),
+                                      encoder_output, inputs_padding)[0, -1]
+        return tf.nn.log_softmax(logits).numpy().astype(float)
+    return next_log_probs
+
+
+def greedy_search_by_the_rule(next_log_probs, max_length):
+    """Greedy search written out in Python: (the sequence of the most probable token at each
+    step until EOS or `max_length` tokens, its log probability)."""
+    sequence, log_prob = (), 0.0
+    while not sequence or (sequence[-1] != EOS_ID and len(sequence) < max_length):
+        log_probs = next_log_probs(sequence)
+        sequence += (int(np.argmax(log_probs)),)
+        log_prob += log_probs[sequence[-1]]
+    return list(sequence), log_prob
+
+
+def beam_search_by_the_rule(next_log_probs, beam_size, alpha, max_length, stop_after_finished=0,
+                            max_steps=None):
+    """Beam search written out in Python for one input (`next_log_probs(sequence)`: the log
+    probabilities of the token after `sequence`, a tuple of ids): each step's 2K best
+    candidates (by log probability) of the alive beams, those that end (EOS, or the length
+    limit) scored log probability / length penalty into the K best finished, the K best others
+    alive; done when no alive sequence can beat the best finished (t2t's bound), or once
+    `stop_after_finished` (> 0) candidates have ended among each step's K best; or after
+    `max_steps` steps. Returns (best finished sequence, its score, steps run)."""
+    alive = [((), 0.0)]
+    finished, ended = [], 0
+    for step in range(min(max_length, max_steps or max_length)):
+        candidates = []
+        for sequence, log_prob in alive:
+            log_probs = next_log_probs(sequence)
+            candidates += [(sequence + (token,), log_prob + log_probs[token])
+                           for token in range(len(log_probs))]
+        candidates = sorted(candidates, key=lambda item: -item[1])[:2 * beam_size]
+        ends = [sequence[-1] == EOS_ID or len(sequence) == max_length
+                for sequence, _ in candidates]
+        finished = sorted(finished + [(sequence, log_prob / ((5 + len(sequence)) / 6) ** alpha)
+                                      for (sequence, log_prob), end in zip(candidates, ends)
+                                      if end], key=lambda item: -item[1])[:beam_size]
+        alive = [candidate for candidate, end in zip(candidates, ends) if not end][:beam_size]
+        ended += sum(ends[:beam_size])
+        best_alive = alive[0][1] / ((5 + max_length) / 6) ** alpha if alive else -math.inf
+        if (finished and finished[0][1] > best_alive) or (
+                stop_after_finished and ended >= stop_after_finished):
+            return list(finished[0][0]), finished[0][1], step + 1
+    return list(finished[0][0]), finished[0][1], step + 1
+
+
+def assert_outputs_of_the_rule(model, inputs, beam_size, extra_length, ids, scores):
+    """ids [B, S + extra_length] and scores [B] are, row by row, those of the search written
+    out in Python over the whole prefix, each input searched alone, without its padding at the
+    end (its limit: its tokens but PAD + extra_length)."""
+    assert ids.shape == (len(inputs), inputs.shape[1] + extra_length)
+    for row, source in enumerate(inputs):
+        limit = int(np.count_nonzero(source)) + extra_length
+        source = np.trim_zeros(source, "b").tolist()
+        next_log_probs = whole_prefix_log_probs(model, source)
+        if beam_size == 1:
+            want, want_score = greedy_search_by_the_rule(next_log_probs, limit)
+        else:
+            want, want_score, _ = beam_search_by_the_rule(next_log_probs, beam_size, 0.6, limit)
+        assert ids[row, :len(want)].tolist() == want, row
+        assert not ids[row, len(want):].any(), row
+        assert scores[row] == pytest.approx(want_score, rel=1e-5, abs=1e-5), row
 
 
 # How each search runs: the growing cache without XLA, the fixed-size one with it.
@@ -54,74 +139,38 @@ COMPILATIONS = {"growing cache": dict(fixed_shapes=False, jit_compile=False),
                 "fixed cache, XLA": dict(fixed_shapes=True, jit_compile=True)}
 
 
-def run_search(model, inputs, beam_size, use_cache=True, fixed_shapes=False, jit_compile=False,
-               decoding_layout=False, traced=None, stop_after_finished=0):
-    """(ids, scores) of the search; `traced`, a list, receives the traced function's graph."""
+def run_search(model, inputs, beam_size, fixed_shapes=False, jit_compile=False,
+               stop_after_finished=0):
+    """(ids, scores) of the search with extra_length 6, traced by tf.function."""
     def run():
-        if decoding_layout:  # as search.search runs them
-            with model.decoding_layout():
-                return run_without()
-        return run_without()
-
-    def run_without():
         if beam_size == 1:
-            return search.greedy_search(model, inputs, extra_length=6, use_cache=use_cache,
-                                        fixed_shapes=fixed_shapes)
+            return search.greedy_search(model, inputs, extra_length=6, fixed_shapes=fixed_shapes)
         return search.beam_search(model, inputs, beam_size, extra_length=6,
-                                  use_cache=use_cache, fixed_shapes=fixed_shapes,
+                                  fixed_shapes=fixed_shapes,
                                   stop_after_finished=stop_after_finished)
-    function = tf.function(run, jit_compile=jit_compile)
-    ids, scores = function()
-    if traced is not None:
-        traced.append(function.get_concrete_function().graph)
+    ids, scores = tf.function(run, jit_compile=jit_compile)()
     return ids.numpy(), scores.numpy()
 
 
-def matmuls_by_transposed_kernel(graph) -> int:
-    """MatMul ops with transpose_b in the graph and the functions it calls (the loop's body)."""
-    definition = graph.as_graph_def()
-    nodes = list(definition.node) + [node for function in definition.library.function
-                                     for node in function.node_def]
-    return sum(node.op == "MatMul" and node.attr["transpose_b"].b for node in nodes)
-
-
-@pytest.mark.parametrize("use_cache", [True, False])
 @pytest.mark.parametrize("fixed_shapes", [False, True])
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_an_empty_batch_gives_no_outputs(model, beam_size, fixed_shapes, use_cache):
+def test_an_empty_batch_gives_no_outputs(model, beam_size, fixed_shapes):
     """No sentences (a server's empty request): ids [0, S + extra_length] and no scores,
     where the beams' shared rows would divide by zero rows."""
-    ids, scores = run_search(model, np.zeros([0, 7], np.int32), beam_size, use_cache,
-                             fixed_shapes)
+    ids, scores = run_search(model, np.zeros([0, 7], np.int32), beam_size,
+                             fixed_shapes=fixed_shapes)
     assert ids.shape == (0, 7 + 6) and scores.shape == (0,)
 
 
 @pytest.mark.parametrize("compilation", list(COMPILATIONS))
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_cached_and_uncached_search_give_the_same_output(model, inputs, beam_size, compilation):
-    cached_ids, cached_scores = run_search(model, inputs, beam_size, True,
-                                           **COMPILATIONS[compilation])
-    uncached_ids, uncached_scores = run_search(model, inputs, beam_size, False,
-                                               **COMPILATIONS[compilation])
-    assert cached_ids.shape == (3, 7 + 6)
-    np.testing.assert_array_equal(cached_ids, uncached_ids)
-    np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-5)
-
-
-@pytest.mark.parametrize("compilation", list(COMPILATIONS))
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_the_decoding_layout_gives_the_same_output(model, inputs, beam_size, compilation):
-    graphs = []
-    want_ids, want_scores = run_search(model, inputs, beam_size, traced=graphs,
-                                       **COMPILATIONS[compilation])
-    got_ids, got_scores = run_search(model, inputs, beam_size, decoding_layout=True,
-                                     traced=graphs, **COMPILATIONS[compilation])
-    # The 2 decoder layers' 7 square or widening projections, in each traced step (the first
-    # one and the loop's; the vocabulary projection is by the embedding transposed in both).
-    added = matmuls_by_transposed_kernel(graphs[1]) - matmuls_by_transposed_kernel(graphs[0])
-    assert added > 0 and added % (2 * 7) == 0
-    np.testing.assert_array_equal(got_ids, want_ids)
-    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
+def test_the_search_gives_the_outputs_of_the_rule_over_the_whole_prefix(model, inputs,
+                                                                        beam_size, compilation):
+    """The incremental search of the batch, with the growing caches or the fixed-size ones
+    under XLA, returns what the search written out in Python returns for each input alone,
+    unpadded, rerunning the decoder over the whole prefix at each step."""
+    ids, scores = run_search(model, inputs, beam_size, **COMPILATIONS[compilation])
+    assert_outputs_of_the_rule(model, inputs, beam_size, 6, ids, scores)
 
 
 def test_beam_of_one_without_penalty_is_greedy(model, inputs):
@@ -137,7 +186,26 @@ def test_length_penalty_is_t2t_s():
     assert float(search.length_penalty(7, 0.0)) == 1.0
 
 
-class TinyVocabularyModel:
+class StandInModel:
+    """What the search calls of a model (encode, initial_cache, decode_step) for stand-ins whose
+    logits at a position depend on the position, the token there and the sentence's encoder
+    output only (`logits`): their self-attention caches hold nothing (depth 0)."""
+
+    def initial_cache(self, encoder_output, inputs_padding, room):
+        nothing = tf.zeros([tf.shape(encoder_output)[0], 1, room, 0])
+        return DecodingCache([FixedLengthCache(nothing, nothing)], [encoder_output],
+                             padding_bias(inputs_padding))
+
+    def decode_step(self, ids, position, cache):
+        (memory,) = cache.memory  # a row per sentence, its rows (beams) consecutive
+        rows, sentences = tf.shape(ids)[0], tf.shape(memory)[0]
+        sentence_of_row = tf.range(rows) * sentences // tf.maximum(rows, 1)
+        logits = self.logits(position, ids, tf.gather(memory, sentence_of_row))
+        return logits, cache._replace(
+            self_attention=[FixedLengthCache(*layer) for layer in cache.self_attention])
+
+
+class TinyVocabularyModel(StandInModel):
     """A stand-in model over 5 tokens whose next-token distribution depends on the prefix
     through fixed random tables, so that every output sequence's probability can be listed."""
     vocab_size = 5
@@ -149,20 +217,18 @@ class TinyVocabularyModel:
     def encode(self, inputs, training=False):
         return tf.zeros(tf.concat([tf.shape(inputs), [1]], 0)), tf.equal(inputs, 0)
 
-    def decode(self, decoder_input, encoder_output, inputs_padding, training=False):
-        previous = decoder_input  # [N, T]: logits at t depend on position t and the token there
-        positions = tf.range(tf.shape(decoder_input)[1])
-        return tf.gather_nd(self.table, tf.stack(
-            [tf.broadcast_to(positions, tf.shape(previous)), previous], axis=-1))
+    def logits(self, position, previous, memory):
+        """[N, 5] of the tokens `previous` [N] at `position`, whatever the input."""
+        return tf.gather(self.table[position], previous)
 
-    def next_log_probs(self, position, previous):
-        """Log probabilities [5] of the token at `position` after token `previous`."""
-        logits = self.table[position, previous].numpy().astype(float)
+    def next_log_probs(self, sequence):
+        """Log probabilities [5] of the token after `sequence` (a tuple)."""
+        logits = self.table[len(sequence), sequence[-1] if sequence else 0].numpy().astype(float)
         return logits - math.log(np.exp(logits).sum())
 
     def log_prob(self, sequence):
-        return sum(self.next_log_probs(position, previous)[token] for position, (previous, token)
-                   in enumerate(zip([0] + list(sequence[:-1]), sequence)))
+        return sum(self.next_log_probs(tuple(sequence[:length]))[token]
+                   for length, token in enumerate(sequence))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -182,15 +248,14 @@ def test_a_wide_beam_finds_the_best_scored_sequence(seed):
         if score > best_score:
             best, best_score = sequence, score
     ids, scores = search.beam_search(model, [[EOS_ID]], beam_size=64, alpha=alpha,
-                                     extra_length=2, use_cache=False)
+                                     extra_length=2)
     assert ids.numpy()[0, :len(best)].tolist() == best
     assert float(scores[0]) == pytest.approx(best_score, rel=1e-5)
 
 
 class RowCountingModel:
-    """The model, recording how many rows each decoding step runs on: its cached step, or the
-    uncached search's whole decode (one call a step when the search runs eagerly, as
-    tf.while_loop then runs its body in Python)."""
+    """The model, recording how many rows each decoding step runs on (one decode_step call a
+    step when the search runs eagerly, as tf.while_loop then runs its body in Python)."""
 
     def __init__(self, model):
         self.model, self.rows_per_step = model, []
@@ -199,13 +264,9 @@ class RowCountingModel:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def decode_step(self, ids, *args):
+    def decode_step(self, ids, position, cache):
         self.rows_per_step.append(int(ids.shape[0]))
-        return self.model.decode_step(ids, *args)
-
-    def decode(self, decoder_input, *args, **kwargs):
-        self.rows_per_step.append(int(decoder_input.shape[0]))
-        return self.model.decode(decoder_input, *args, **kwargs)
+        return self.model.decode_step(ids, position, cache)
 
 
 def search_counting_rows(model, inputs, beam_size):
@@ -240,38 +301,6 @@ def test_done_sentences_leave_the_batch_without_changing_any_output(model, input
     np.testing.assert_allclose(scores.numpy(), fixed_scores, rtol=1e-5)
 
 
-def beam_search_by_the_rule(model, beam_size, alpha, max_length, stop_after_finished,
-                            max_steps=None):
-    """The search of SearchHParams.stop_after_finished, written out in Python for one input of
-    TinyVocabularyModel: each step's 2K best candidates (by log probability) of the alive
-    beams, those that end (EOS, or the length limit) scored log probability / length penalty
-    into the K best finished, the K best others alive; done when no alive sequence can beat
-    the best finished (t2t's bound), or once `stop_after_finished` (> 0) candidates have ended
-    among each step's K best; or after `max_steps` steps. Returns (best finished sequence, its
-    score, steps run)."""
-    alive = [((), 0.0)]
-    finished, ended = [], 0
-    for step in range(min(max_length, max_steps or max_length)):
-        candidates = []
-        for sequence, log_prob in alive:
-            log_probs = model.next_log_probs(step, sequence[-1] if sequence else 0)
-            candidates += [(sequence + (token,), log_prob + log_probs[token])
-                           for token in range(model.vocab_size)]
-        candidates = sorted(candidates, key=lambda item: -item[1])[:2 * beam_size]
-        ends = [sequence[-1] == EOS_ID or len(sequence) == max_length
-                for sequence, _ in candidates]
-        finished = sorted(finished + [(sequence, log_prob / ((5 + len(sequence)) / 6) ** alpha)
-                                      for (sequence, log_prob), end in zip(candidates, ends)
-                                      if end], key=lambda item: -item[1])[:beam_size]
-        alive = [candidate for candidate, end in zip(candidates, ends) if not end][:beam_size]
-        ended += sum(ends[:beam_size])
-        best_alive = alive[0][1] / ((5 + max_length) / 6) ** alpha if alive else -math.inf
-        if (finished and finished[0][1] > best_alive) or (
-                stop_after_finished and ended >= stop_after_finished):
-            return list(finished[0][0]), finished[0][1], step + 1
-    return list(finished[0][0]), finished[0][1], step + 1
-
-
 def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
     """stop_after_finished=N returns what the rule written out in Python returns after as many
     steps, and with a larger N the search runs at least as many steps. Over these seeds the
@@ -285,10 +314,9 @@ def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
         for n in (1, 2, 3, 0):
             counting = RowCountingModel(model)
             ids, scores = search.beam_search(counting, [[EOS_ID]], beam_size, alpha,
-                                             extra_length, use_cache=False,
-                                             stop_after_finished=n)
-            want, want_score, steps = beam_search_by_the_rule(model, beam_size, alpha,
-                                                              1 + extra_length, n)
+                                             extra_length, stop_after_finished=n)
+            want, want_score, steps = beam_search_by_the_rule(
+                model.next_log_probs, beam_size, alpha, 1 + extra_length, n)
             assert ids.numpy()[0, :len(want)].tolist() == want, (seed, n)
             assert not ids.numpy()[0, len(want):].any()
             assert float(scores[0]) == pytest.approx(want_score, rel=1e-5)
@@ -300,7 +328,7 @@ def test_stopping_after_n_finished_hypotheses_is_ctranslate2_s_rule():
     assert fewer_steps and other_output
 
 
-class TablePerInputModel:
+class TablePerInputModel(StandInModel):
     """TinyVocabularyModel's tables, one per input: input i (its first token i + 2) decodes
     with the table of seeds[i]."""
     vocab_size = 5
@@ -313,11 +341,10 @@ class TablePerInputModel:
         table = tf.cast(inputs[:, :1, tf.newaxis], tf.float32) - 2.0
         return tf.broadcast_to(table, tf.concat([tf.shape(inputs), [1]], 0)), tf.equal(inputs, 0)
 
-    def decode(self, decoder_input, encoder_output, inputs_padding, training=False):
-        tables = tf.cast(encoder_output[:, 0, 0], tf.int32)  # [N]
-        positions = tf.broadcast_to(tf.range(tf.shape(decoder_input)[1]), tf.shape(decoder_input))
-        tables = tf.broadcast_to(tables[:, tf.newaxis], tf.shape(decoder_input))
-        return tf.gather_nd(self.tables, tf.stack([tables, positions, decoder_input], axis=-1))
+    def logits(self, position, previous, memory):
+        tables = tf.cast(memory[:, 0, 0], tf.int32)  # [N]
+        return tf.gather_nd(self.tables, tf.stack(
+            [tables, tf.broadcast_to(position, tf.shape(previous)), previous], axis=-1))
 
 
 def test_sentences_done_early_keep_their_results_while_others_go_on():
@@ -334,25 +361,28 @@ def test_sentences_done_early_keep_their_results_while_others_go_on():
     outputs = {}
     for fixed_shapes, jit_compile in ((False, False), (True, False), (True, True)):
         function = tf.function(lambda: search.beam_search(
-            model, inputs, beam_size, alpha, extra_length, use_cache=False,
-            fixed_shapes=fixed_shapes, stop_after_finished=1), jit_compile=jit_compile)
+            model, inputs, beam_size, alpha, extra_length, fixed_shapes=fixed_shapes,
+            stop_after_finished=1), jit_compile=jit_compile)
         ids, scores = function()
         outputs[fixed_shapes, jit_compile] = ids.numpy()
     np.testing.assert_array_equal(outputs[True, False], outputs[False, False])
     np.testing.assert_array_equal(outputs[True, True], outputs[False, False])
-    rules = [(beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 1),
-              beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0))
+    rules = [(beam_search_by_the_rule(single.next_log_probs, beam_size, alpha,
+                                      2 + extra_length, 1),
+              beam_search_by_the_rule(single.next_log_probs, beam_size, alpha,
+                                      2 + extra_length, 0))
              for single in model.models]
     for row, ((want, _, _), _) in enumerate(rules):
         assert outputs[False, False][row, :len(want)].tolist() == want
     batch_steps = max(steps for (_, _, steps), _ in rules)
-    went_on = [beam_search_by_the_rule(single, beam_size, alpha, 2 + extra_length, 0,
-                                       max_steps=batch_steps)[0] for single in model.models]
+    went_on = [beam_search_by_the_rule(single.next_log_probs, beam_size, alpha,
+                                       2 + extra_length, 0, max_steps=batch_steps)[0]
+               for single in model.models]
     assert any(later != want for ((want, _, _), _), later in zip(rules, went_on))
 
 
 class ShapeRecordingModel(RowCountingModel):
-    """The model, recording what each cached decoding step meets (the search run eagerly, as
+    """The model, recording what each decoding step meets (the search run eagerly, as
     tf.while_loop then runs its body in Python): (position, the self-attention caches' room,
     the source length)."""
 
@@ -360,10 +390,10 @@ class ShapeRecordingModel(RowCountingModel):
         super().__init__(model)
         self.steps = []
 
-    def decode_step(self, ids, position, cache, inputs_padding):
+    def decode_step(self, ids, position, cache):
         self.steps.append((int(position), int(cache.self_attention[0].key.shape[2]),
-                           int(inputs_padding.shape[1])))
-        return self.model.decode_step(ids, position, cache, inputs_padding)
+                           int(cache.encoder_decoder_bias.shape[-1])))
+        return self.model.decode_step(ids, position, cache)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -372,8 +402,8 @@ def test_a_search_meets_few_shapes_and_gives_the_same_output(model, inputs, beam
     the source is padded to a multiple of search.SOURCE_MULTIPLE tokens (so that TensorFlow's
     oneDNN makes kernels for few shapes): each step's room is the multiple of CACHE_CHUNK above
     its position, every step reads the 7-token inputs padded to SOURCE_MULTIPLE, and the
-    outputs, [3, 7 + extra_length], are those of the uncached search of the inputs as they
-    are."""
+    outputs, [3, 7 + extra_length], are those of the search written out in Python over the
+    whole prefix of each input alone, unpadded."""
     extra_length, chunk = 20, search.CACHE_CHUNK
     recording = ShapeRecordingModel(model)
     ids, scores = search.search(recording, inputs, search.SearchHParams(
@@ -383,15 +413,8 @@ def test_a_search_meets_few_shapes_and_gives_the_same_output(model, inputs, beam
     assert [room for _, room, _ in recording.steps] == [
         (position // chunk + 1) * chunk for position in positions]
     assert {length for _, _, length in recording.steps} == {search.SOURCE_MULTIPLE}
-    if beam_size == 1:
-        want_ids, want_scores = search.greedy_search(model, inputs, extra_length,
-                                                     use_cache=False)
-    else:
-        want_ids, want_scores = search.beam_search(model, inputs, beam_size,
-                                                   extra_length=extra_length, use_cache=False)
-    assert ids.shape == (3, 7 + extra_length)
-    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
-    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5)
+    assert_outputs_of_the_rule(model, inputs, beam_size, extra_length, ids.numpy(),
+                               scores.numpy())
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -399,7 +422,7 @@ def test_a_batch_shrinks_through_multiples_of_row_multiple_sentences(model, beam
     """Six inputs of 2 to 7 tokens reach their limits one step after the other: the rows go
     from 6 sentences' to 4 sentences' (search.ROW_MULTIPLE; never 5, the done sentence staying
     with its results), then to 3, 2 and 1 as each is done, and every output is that of the
-    fixed-shape search, where every row stays, and of the uncached one."""
+    fixed-shape search, where every row stays, and of the search written out in Python."""
     assert search.ROW_MULTIPLE == 4
     inputs = np.zeros((6, 7), np.int32)
     for row in range(6):
@@ -410,8 +433,8 @@ def test_a_batch_shrinks_through_multiples_of_row_multiple_sentences(model, beam
     sentences = [count // beam_size for count in rows]
     assert 5 not in sentences and {6, 4, 1} <= set(sentences)
     assert sentences == sorted(sentences, reverse=True)
-    for want_ids, want_scores in (
-            run_search(model, inputs, beam_size, **COMPILATIONS["fixed cache, XLA"]),
-            run_search(model, inputs, beam_size, use_cache=False)):
-        np.testing.assert_array_equal(ids.numpy(), want_ids)
-        np.testing.assert_allclose(scores.numpy(), want_scores, rtol=1e-5)
+    want_ids, want_scores = run_search(model, inputs, beam_size,
+                                       **COMPILATIONS["fixed cache, XLA"])
+    np.testing.assert_array_equal(ids.numpy(), want_ids)
+    np.testing.assert_allclose(scores.numpy(), want_scores, rtol=1e-5)
+    assert_outputs_of_the_rule(model, inputs, beam_size, 6, ids.numpy(), scores.numpy())

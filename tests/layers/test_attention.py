@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers.attention import (FixedLengthCache, GrowingCache, MemoryCache,
-                                       MultiHeadAttention, causal_bias, padding_bias)
+from t2t_lite.layers.attention import (FixedLengthCache, MemoryCache, MultiHeadAttention,
+                                       causal_bias, padding_bias)
 
 RNG = np.random.default_rng(0)
 
@@ -165,22 +165,21 @@ def test_beams_share_their_sentence_memory(queries_per_row):
     np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("max_length", [None, 6])
-def test_one_call_a_position_with_a_cache_equals_the_causal_call(max_length):
+@pytest.mark.parametrize("room", [4, 6])
+def test_one_call_a_position_with_a_cache_equals_the_causal_call(room):
     """Self-attention one position at a time, each call with the cache of the earlier ones
-    (growing, or of fixed length 6), gives row by row what one causal call over the whole
+    (with room for 4 or 6 positions), gives row by row what one causal call over the whole
     sequence gives; the cache holds every position's keys and values."""
     layer = MultiHeadAttention(num_heads=2)
     x = _random(3, 4, 8)
     whole = np.asarray(layer(x, bias=causal_bias(4)))
-    cache = layer.empty_cache(3, max_length)
-    assert isinstance(cache, GrowingCache if max_length is None else FixedLengthCache)
+    cache = layer.empty_cache(3, room)
+    assert isinstance(cache, FixedLengthCache)
     for position in range(4):
         output, cache = layer(x[:, position], cache=cache, position=position)
         assert tuple(output.shape) == (3, 8)
         np.testing.assert_allclose(output, whole[:, position], rtol=1e-5, atol=1e-5)
-        cached = position + 1 if max_length is None else max_length
-        assert tuple(cache.key.shape) == tuple(cache.value.shape) == (3, 2, cached, 4)
+        assert tuple(cache.key.shape) == tuple(cache.value.shape) == (3, 2, room, 4)
     keys = np.asarray(layer.split_heads(layer.key_dense(x)))
     np.testing.assert_allclose(np.asarray(cache.key)[:, :, :4], keys, rtol=1e-6, atol=1e-6)
 
@@ -192,5 +191,3 @@ def test_a_fixed_length_cache_writes_one_position_and_hides_the_later_ones():
     np.testing.assert_array_equal(np.asarray(cache.key)[0, 0, :, 0], [0, 1, 0])
     np.testing.assert_array_equal(np.asarray(cache.value)[0, 0, :, 0], [0, 2, 0])
     np.testing.assert_array_equal(np.asarray(bias)[0, 0, 0], [0, 0, -1e9])
-    grown, no_bias = GrowingCache(cache.key[:, :, :1], cache.value[:, :, :1]).add(key, value, 1)
-    assert tuple(grown.key.shape) == (1, 1, 2, 2) and no_bias is None

@@ -1,11 +1,9 @@
 """The Transformer model (§3): causality, padding invariance, encode/decode, config, XLA."""
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.layers.decoding_layout import transposed
 from t2t_lite.models.transformer import (DecoderLayer, EncoderLayer, Transformer,
                                          shift_right)
 
@@ -186,23 +184,3 @@ def test_unshared_embeddings_and_paper_timing_signal():
     assert len([v for v in model.weights if "embedding" in v.path]) == 3
     assert (len(model.encoder_stack), len(model.decoder_stack)) == (1, 2)
     assert model.add_timing_signal.form == "interleaved"
-
-
-def test_the_decoding_layout_covers_every_projection_of_the_decoder_layers(model):
-    """Within `decoding_layout()` every Dense kernel of the decoder layers that is square or
-    widening has its transposed copy (the list is derived from the layers' weights, so a
-    projection added to a layer cannot be left out); the encoder's have none."""
-    def dense_layers(stack):
-        return [layer for transformer_layer in stack
-                for layer in transformer_layer._flatten_layers()
-                if isinstance(layer, keras.layers.Dense)]
-
-    decoder_dense = dense_layers(model.decoder_stack)
-    assert len(decoder_dense) == 2 * (4 + 4 + 2)  # two attentions and the feed-forward network
-    with model.decoding_layout():
-        for layer in decoder_dense:
-            d_in, d_out = layer.kernel.shape
-            assert (transposed(layer.kernel) is not None) == (d_out >= d_in), layer.path
-        assert all(transposed(layer.kernel) is None
-                   for layer in dense_layers(model.encoder_stack))
-    assert all(transposed(layer.kernel) is None for layer in decoder_dense)

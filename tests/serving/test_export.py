@@ -276,18 +276,18 @@ def sentencepiece(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sentencepiece_export(sentencepiece, tmp_path_factory):
     """(export_dir, model, decode_hparams): an untrained model with the SentencePiece vocabulary,
-    searching without the cache (the exporter's advice for servers without XLA)."""
+    beam 2."""
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.serving.export import ServingModule, save_atomically
     model = untrained_model(sentencepiece.vocab_size)
-    decode_hparams = SearchHParams(beam_size=2, extra_length=5, use_cache=False)
+    decode_hparams = SearchHParams(beam_size=2, extra_length=5)
     encoders = {"inputs": sentencepiece, "targets": sentencepiece}
     export_dir = str(tmp_path_factory.mktemp("sentencepiece") / "1")
     save_atomically(ServingModule(model, encoders, decode_hparams, max_length=256), export_dir)
     return export_dir, model, decode_hparams
 
 
-def test_without_the_cache_the_graph_needs_no_xla(sentencepiece_export):
+def test_the_sentencepiece_graph_needs_no_xla(sentencepiece_export):
     from t2t_lite.serving.export import ops_needing_xla
     assert ops_needing_xla(sentencepiece_export[0]) == []
 

@@ -4,12 +4,12 @@ a bfloat16 step computes where it should and loses as float32's does."""
 import collections
 
 import keras
+from keras.layers import Dense
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from t2t_lite import checkpoints, registry
-from t2t_lite.layers.dense import Dense
 from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
