@@ -17,9 +17,9 @@ from t2t_lite import registry
 from t2t_lite.run_description import (RunDescriptionError, VocabularyError, checked_vocabulary,
                                       saved_run, vocabulary_record)
 
-from program_runs import file_hashes, run
+from program_runs import SMALL_MODEL, error_lines, file_hashes, joined, run
 
-HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256"
+HPARAMS = joined(SMALL_MODEL, "batch_size=256")
 VOCABULARY_FILE = "vocab.translate_text_files.bpe.model"
 WORDS = {"a": "house garden river light stone water city night friend music paper window bread "
               "road morning winter table mountain letter story".split(),
@@ -99,10 +99,6 @@ def without_record(output_dir):
     description = json.loads(path.read_text())
     del description["vocabulary"]
     path.write_text(json.dumps(description, indent=2))
-
-
-def error_lines(out: str) -> list:
-    return [line for line in out.splitlines() if line.startswith("error:")]
 
 
 def assert_refused_naming_both(code, out, data_dirs, record):

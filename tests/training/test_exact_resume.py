@@ -10,8 +10,9 @@ import textwrap
 import numpy as np
 import pytest
 
-HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
-           "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=20")
+from program_runs import SMALL, joined
+
+HPARAMS = joined(SMALL, "learning_rate_warmup_steps=20")
 STEPS, STOP = 6, 3
 
 SCRIPT = textwrap.dedent("""
@@ -74,8 +75,7 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def runs(copy_task_data, tmp_path_factory):
-    data_dir = copy_task_data(2000, 20)
+def runs(data_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("exact_resume")
     done = subprocess.run([sys.executable, "-c", SCRIPT, data_dir, str(output_dir), HPARAMS,
                            str(STEPS), str(STOP)], capture_output=True, text=True, timeout=900)
