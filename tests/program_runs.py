@@ -58,10 +58,11 @@ def error_lines(output: str) -> list:
 def trainer_flags(data_dir, output_dir, steps: int = 1, hparams: str = SMALL,
                   checkpoint_every: int = 1) -> list:
     """t2t_lite-trainer's flags for `steps` steps of the copy task, a checkpoint every
-    `checkpoint_every` steps (None: the trainer's default), no BLEU evaluation."""
+    `checkpoint_every` steps (None: the trainer's default), no evaluation (of the dev loss or
+    BLEU: tests/bin/test_end_to_end.py has them)."""
     flags = ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
              f"--hparams={hparams}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-             f"--train_steps={steps}", "--eval_steps=1", "--eval_bleu_sentences=0",
+             f"--train_steps={steps}", "--eval_steps=0", "--eval_bleu_sentences=0",
              "--log_every_steps=1"]
     if checkpoint_every is not None:
         flags.append(f"--save_checkpoints_steps={checkpoint_every}")

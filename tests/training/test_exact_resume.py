@@ -1,7 +1,8 @@
 """A run stopped at a checkpoint and resumed trains as the run that went on, dropout on: the
 same loss at every step after the resume and the same weights at the end, on one replica, with
 batches accumulated into each update, and on two replicas (MirroredStrategy over two logical
-CPUs). transformer_tiny's dropouts (0.1) are left on."""
+CPUs). transformer_tiny's dropouts (0.1) are left on. The stopped run is the folder of the run
+that went on as it was when its checkpoint STOP was saved (what a kill then leaves)."""
 import json
 import subprocess
 import sys
@@ -17,6 +18,8 @@ STEPS, STOP = 6, 3
 
 SCRIPT = textwrap.dedent("""
     import json
+    import os
+    import shutil
     import sys
     import keras
     import tensorflow as tf
@@ -44,7 +47,21 @@ SCRIPT = textwrap.dedent("""
             self.into[step] = float(logs["loss_sum"]) - self.summed
             self.summed = float(logs["loss_sum"])
 
-    def train(folder, train_steps, devices, accumulate, losses):
+    class CopyAt(keras.callbacks.Callback):
+        # Copies the run's folder before update `step` + 1: checkpoint `step` saved, no more.
+
+        def __init__(self, folder, step, into):
+            super().__init__()
+            self.folder, self.step, self.into = folder, step, into
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == self.step:
+                shutil.copytree(self.folder, self.into)
+                # This process is alive: its lock would refuse the resume (a killed run's is
+                # taken over, tests/training/test_resume_after_kill.py).
+                os.remove(os.path.join(self.into, "t2t_lite.lock"))
+
+    def train(folder, train_steps, devices, accumulate, callbacks):
         overrides = hparams + f",optimizer_multistep_accumulate_steps={accumulate}"
         config = trainer.RunConfig(train_steps=train_steps, eval_every=1, eval_steps=0,
                                    save_checkpoints_steps=1, log_every_steps=100,
@@ -52,7 +69,7 @@ SCRIPT = textwrap.dedent("""
         keras.backend.clear_session()  # the names of a first run's variables, as in a new process
         trainer.train("algorithmic_copy", "transformer",
                       registry.hparams("transformer_tiny").override_from_string(overrides),
-                      data_dir, folder, config, [Losses(losses)])
+                      data_dir, folder, config, callbacks)
 
     def weights(folder):
         reader = checkpoints.reader(f"{folder}/model.ckpt-{steps}")
@@ -64,9 +81,10 @@ SCRIPT = textwrap.dedent("""
                                       ("two batches per update", ("CPU:0",), 2),
                                       ("two replicas", ("CPU:0", "CPU:1"), 1)):
         straight, resumed = {}, {}
-        train(f"{output_dir}/{name}/straight", steps, devices, accumulate, straight)
-        train(f"{output_dir}/{name}/resumed", stop, devices, accumulate, resumed)
-        train(f"{output_dir}/{name}/resumed", steps, devices, accumulate, resumed)
+        folders = {run: f"{output_dir}/{name}/{run}" for run in ("straight", "resumed")}
+        train(folders["straight"], steps, devices, accumulate,
+              [Losses(straight), CopyAt(folders["straight"], stop, folders["resumed"])])
+        train(folders["resumed"], steps, devices, accumulate, [Losses(resumed)])
         results[name] = {"straight": straight, "resumed": resumed,
                          "weights": [weights(f"{output_dir}/{name}/{run}")
                                      for run in ("straight", "resumed")]}
@@ -86,8 +104,9 @@ def runs(data_dir, tmp_path_factory):
 @pytest.mark.parametrize("name", ["one replica", "two batches per update", "two replicas"])
 def test_a_resumed_run_with_dropout_trains_as_the_uninterrupted_one(runs, name):
     straight, resumed = runs[name]["straight"], runs[name]["resumed"]
-    assert sorted(int(step) for step in resumed) == list(range(1, STEPS + 1))
-    for step in range(1, STEPS + 1):
+    assert sorted(int(step) for step in straight) == list(range(1, STEPS + 1))
+    assert sorted(int(step) for step in resumed) == list(range(STOP + 1, STEPS + 1))
+    for step in range(STOP + 1, STEPS + 1):
         assert resumed[str(step)] == pytest.approx(straight[str(step)], rel=1e-5), step
     first, second = runs[name]["weights"]
     assert first.keys() == second.keys() and first
