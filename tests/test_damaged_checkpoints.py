@@ -6,21 +6,7 @@ import shutil
 
 import pytest
 
-from program_runs import file_hashes, run, trainer_flags
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(300, 20)
-
-
-@pytest.fixture(scope="module")
-def trained_dir(data_dir, tmp_path_factory):
-    """Checkpoints at steps 2 and 4; tests damage copies of it."""
-    output_dir = tmp_path_factory.mktemp("trained") / "run"
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 4, checkpoint_every=2))
-    assert code == 0, out
-    return output_dir
+from program_runs import error_lines, file_hashes, run, trainer_flags
 
 
 def cut_to_half(path):
@@ -33,25 +19,34 @@ def change_a_byte(path):
     path.write_bytes(bytes(data))
 
 
+# The latest of trained_dir's two checkpoints, damaged.
 DAMAGES = {
-    "data cut": ("model.ckpt-4.data-00000-of-00001", cut_to_half),
-    "index cut": ("model.ckpt-4.index", cut_to_half),
-    "data changed": ("model.ckpt-4.data-00000-of-00001", change_a_byte),
+    "data cut": ("model.ckpt-2.data-00000-of-00001", cut_to_half),
+    "index cut": ("model.ckpt-2.index", cut_to_half),
+    "data changed": ("model.ckpt-2.data-00000-of-00001", change_a_byte),
 }
 
 
-@pytest.fixture(params=sorted(DAMAGES))
-def damaged(request, trained_dir, tmp_path):
-    """(the damaged copy of the run, the damaged file)."""
+def damaged_copy(trained_dir, tmp_path, kind: str) -> tuple:
+    """(a copy of conftest's trained_dir with the damage `kind`, the damaged file)."""
     copy = tmp_path / "run"
     shutil.copytree(trained_dir, copy)
-    name, damage = DAMAGES[request.param]
+    name, damage = DAMAGES[kind]
     damage(copy / name)
     return copy, copy / name
 
 
-def error_lines(out: str) -> list:
-    return [line for line in out.splitlines() if line.startswith("error:")]
+@pytest.fixture(params=sorted(DAMAGES))
+def damaged(request, trained_dir, tmp_path):
+    return damaged_copy(trained_dir, tmp_path, request.param)
+
+
+def trainer_advice(output_dir) -> str:
+    """The end of the trainer's error line for a damaged model.ckpt-2 of output_dir."""
+    return (f"the checkpoint {output_dir}/model.ckpt-2 cannot be restored. The latest checkpoint "
+            f"that restores is {output_dir}/model.ckpt-1: move {output_dir}/model.ckpt-2.index "
+            f"and {output_dir}/model.ckpt-2.data-* out of {output_dir}, and the same command "
+            f"resumes from {output_dir}/model.ckpt-1")
 
 
 @pytest.mark.parametrize("program", ["decoder", "decoder in float32", "exporter", "averager"])
@@ -72,35 +67,35 @@ def test_each_reader_names_the_damaged_file_and_the_checkpoint_that_restores(
     assert len(error_lines(out)) == 1 and "Traceback" not in out, out
     line = error_lines(out)[0]
     assert line.startswith(f"error: {damaged_file} is damaged (")
-    assert (f"the checkpoint {output_dir}/model.ckpt-4 cannot be restored. The latest checkpoint "
-            f"that restores is {output_dir}/model.ckpt-2: "
-            f"--checkpoint_path={output_dir}/model.ckpt-2 decodes or exports it") in line
+    assert (f"the checkpoint {output_dir}/model.ckpt-2 cannot be restored. The latest checkpoint "
+            f"that restores is {output_dir}/model.ckpt-1: "
+            f"--checkpoint_path={output_dir}/model.ckpt-1 decodes or exports it") in line
     assert file_hashes(output_dir) == before
     assert not (tmp_path / "export").exists() and not (tmp_path / "averaged").exists()
 
 
-def test_the_trainer_says_what_to_move_and_then_resumes_from_the_earlier_one(
-        data_dir, damaged, tmp_path):
+def test_the_trainer_says_what_to_move(data_dir, damaged):
     output_dir, damaged_file = damaged
     before = file_hashes(output_dir)
-    flags = trainer_flags(data_dir, output_dir, 6, checkpoint_every=2)
-    code, out = run("trainer", *flags)
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 3))
     assert code == 2, out
     assert len(error_lines(out)) == 1 and "Traceback" not in out, out
     assert error_lines(out)[0].startswith(f"error: {damaged_file} is damaged (")
-    assert error_lines(out)[0].endswith(
-        f"the checkpoint {output_dir}/model.ckpt-4 cannot be restored. The latest checkpoint "
-        f"that restores is {output_dir}/model.ckpt-2: move {output_dir}/model.ckpt-4.index and "
-        f"{output_dir}/model.ckpt-4.data-* out of {output_dir}, and the same command resumes "
-        f"from {output_dir}/model.ckpt-2")
+    assert error_lines(out)[0].endswith(trainer_advice(output_dir))
     assert file_hashes(output_dir) == before
     assert not (output_dir / "t2t_lite.lock").exists()
 
+
+def test_once_they_are_moved_the_same_command_resumes_from_the_earlier_one(
+        data_dir, trained_dir, tmp_path):
+    """What trainer_advice says, for one damage: once its files are moved away, the folder is
+    the same whatever the damage."""
+    output_dir, _ = damaged_copy(trained_dir, tmp_path, "data changed")
     moved = tmp_path / "moved"
     moved.mkdir()
-    for path in output_dir.glob("model.ckpt-4.*"):
+    for path in output_dir.glob("model.ckpt-2.*"):
         path.rename(moved / path.name)
-    code, out = run("trainer", *flags)
+    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 3))
     assert code == 0, out
-    assert f"resuming from {output_dir}/model.ckpt-2" in out and "from step 2 to 6" in out
-    assert (output_dir / "model.ckpt-6.index").exists()
+    assert f"resuming from {output_dir}/model.ckpt-1" in out and "from step 1 to 3" in out
+    assert (output_dir / "model.ckpt-3.index").exists()

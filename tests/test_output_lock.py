@@ -38,7 +38,8 @@ def test_the_lock_of_a_process_that_is_gone_is_taken_over(tmp_path, caplog):
     OutputLock.of_folder(str(tmp_path)).refuse_if_held()  # a dead holder does not count
     with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)) as taken:
         held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
-        assert held["token"] == taken.holder["token"]
+        assert held == taken.holder and held["token"] != dead["token"]  # the dead one replaced
+    assert not (tmp_path / output_lock.LOCK_NAME).exists()  # and released as ours
     assert (f"taking over the lock {tmp_path / output_lock.LOCK_NAME} of" in caplog.text and
             f"no process has pid {dead['pid']} now" in caplog.text)
 
@@ -51,8 +52,10 @@ def test_a_reused_pid_does_not_keep_a_lock(tmp_path, caplog):
         pytest.skip("no /proc on this system")
     (tmp_path / output_lock.LOCK_NAME).write_text(
         json.dumps(holder | {"start_ticks": holder["start_ticks"] - 1, "token": "old"}))
-    with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)):
-        pass
+    with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)) as taken:
+        held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
+        assert held == taken.holder and held["token"] != "old"  # the old lock replaced
+    assert not (tmp_path / output_lock.LOCK_NAME).exists()  # and released as ours
     assert (f"pid {holder['pid']} now belongs to another process, started at another time"
             in caplog.text)
     assert "no process has pid" not in caplog.text

@@ -17,8 +17,8 @@ from t2t_lite.run_description import saved_run
 from t2t_lite.serving import export
 from t2t_lite.training import averaging, trainer
 
-HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=128,"
-           "max_length=22,min_length_bucket=22")
+from program_runs import TINY, hparams_of
+
 SOURCES = ["3 7 1", "2 2 5 9", "8"]
 
 
@@ -40,7 +40,7 @@ def test_datagen_train_average_decode_export_on_ram(tmp_path, tmp_path_factory, 
     problem = registry.problem("algorithmic_copy")
     problem.num_samples = {"train": 200, "dev": 20, "test": 5}
     problem.generate_data(data_dir, tmp_dir)
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
+    hparams = hparams_of(TINY)
     trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
                   trainer.RunConfig(train_steps=2, save_checkpoints_steps=1, eval_steps=0,
                                     log_every_steps=1))

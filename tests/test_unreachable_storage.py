@@ -5,8 +5,6 @@ minutes: output_paths.check_reachable gives up after REACH_SECONDS). The lock of
 cannot be read is an error too, never "no lock"."""
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -14,35 +12,35 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import output_lock, output_paths
+from t2t_lite.errors import FlagError
 from t2t_lite.output_lock import OutputLock, OutputLockedError
 from t2t_lite.storage_errors import StorageError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from program_runs import error_lines, run_program
+
 BUCKET_PATH = "gs://t2t-lite-no-such-bucket/x"
 
 
 def train_into(output_dir: str, data_dir: str, env: dict = None):
     """t2t_lite-trainer on a tiny copy model into output_dir: (completed process, seconds)."""
-    command = [sys.executable, "-m", "t2t_lite.bin.trainer", "--problem=algorithmic_copy",
-               "--hparams_set=transformer_tiny", f"--data_dir={data_dir}",
-               f"--output_dir={output_dir}", "--train_steps=1"]
     start = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO,
-                            env=env)
+    result = run_program("trainer", "--problem=algorithmic_copy",
+                         "--hparams_set=transformer_tiny", f"--data_dir={data_dir}",
+                         f"--output_dir={output_dir}", "--train_steps=1", timeout=120, env=env)
     return result, time.monotonic() - start
 
 
 def assert_one_error_naming(result, path: str):
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(result.stderr)
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(errors) == 1 and path in errors[0], result.stderr[-3000:]
     assert "Traceback" not in result.stderr
 
 
-def test_the_trainer_refuses_a_bucket_it_cannot_reach_at_once(copy_task_data):
+def test_the_trainer_refuses_a_bucket_it_cannot_reach_at_once(data_dir):
     """No network here: the host does not resolve. (With a network and no such bucket the folder
     cannot be created: the same one error naming the path.)"""
-    result, seconds = train_into(BUCKET_PATH, copy_task_data(20, 5))
+    result, seconds = train_into(BUCKET_PATH, data_dir)
     assert_one_error_naming(result, BUCKET_PATH)
     assert seconds < 30
 
@@ -58,12 +56,12 @@ def silent_proxy():
     server.close()
 
 
-def test_the_trainer_gives_up_on_storage_that_does_not_answer(copy_task_data, silent_proxy):
+def test_the_trainer_gives_up_on_storage_that_does_not_answer(data_dir, silent_proxy):
     env = {name: value for name, value in os.environ.items()
            if name.lower() not in ("no_proxy", "all_proxy")}
     env.update(https_proxy=silent_proxy, http_proxy=silent_proxy, HTTPS_PROXY=silent_proxy,
                HTTP_PROXY=silent_proxy)
-    result, seconds = train_into(BUCKET_PATH, copy_task_data(20, 5), env)
+    result, seconds = train_into(BUCKET_PATH, data_dir, env)
     assert_one_error_naming(result, BUCKET_PATH)
     assert f"no answer within {output_paths.REACH_SECONDS} s" in result.stderr
     assert seconds < 30  # the thread left asking does not keep the program from ending
@@ -92,12 +90,16 @@ def test_every_output_path_is_checked_for_storage_that_cannot_be_reached(prepare
 
 
 def test_a_question_without_answer_is_given_up(monkeypatch):
-    monkeypatch.setattr(tf.io.gfile, "exists", lambda path: time.sleep(5))
-    start = time.monotonic()
-    with pytest.raises(StorageError, match=r"^--out=gs://b/avg: cannot reach gs://b: no answer "
-                                           r"within 0.2 s"):
-        output_paths.check_reachable("gs://b", "--out=gs://b/avg", seconds=0.2)
-    assert time.monotonic() - start < 2
+    """The answer comes only after the error: a check that waited for it would get "no" and
+    raise nothing."""
+    answered = threading.Event()
+    monkeypatch.setattr(tf.io.gfile, "exists", lambda path: answered.wait(60) and False)
+    try:
+        with pytest.raises(StorageError, match=r"^--out=gs://b/avg: cannot reach gs://b: no "
+                                               r"answer within 0.2 s"):
+            output_paths.check_reachable("gs://b", "--out=gs://b/avg", seconds=0.2)
+    finally:
+        answered.set()
 
 
 def test_a_folder_found_reachable_is_asked_about_once_per_process(tmp_path, monkeypatch):
@@ -150,10 +152,15 @@ def test_a_lock_that_cannot_be_read_is_an_error_not_no_lock(tmp_path, monkeypatc
 
 
 def test_a_folder_that_is_a_file_holds_no_lock(tmp_path):
-    """Reading its lock fails ("Not a directory"), but there is none: the program goes on to
-    prepare the folder, which names the file in the way."""
-    (tmp_path / "taken").write_text("a file")
-    OutputLock.of_folder(str(tmp_path / "taken")).refuse_if_held()
+    """Reading its lock would fail ("Not a directory"), but there is none: the program goes on
+    to prepare the folder, which names the file in the way, and the file stays as it was."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    lock = OutputLock.of_folder(str(taken), f"train in --output_dir={taken}")
+    lock.refuse_if_held()  # no refusal, no StorageError
+    with pytest.raises(FlagError, match=f"^--output_dir={taken} is a file, not a folder"):
+        output_paths.prepare_output_folder(str(taken), "output_dir")
+    assert taken.read_text() == "a file" and os.listdir(tmp_path) == ["taken"]
 
 
 @pytest.mark.parametrize("content", ["", '{"program": "t2t_lite-tr', "[1, 2]", "{}"])

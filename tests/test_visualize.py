@@ -2,18 +2,18 @@
 the axes, softmax rows that sum to 1, PNGs written atomically; and the decoder's
 --attention_dir flag."""
 import os
-import subprocess
-import sys
 
 import matplotlib.image
 import numpy as np
 import pytest
 
-from t2t_lite import checkpoints, registry, visualize
+from t2t_lite import checkpoints, visualize
 from t2t_lite.data.vocab import SentencePieceVocabulary, SymbolVocabulary
 from t2t_lite.models.building import build_model
 
-TINY = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=2"
+from program_runs import TINY_MODEL, hparams_of, run
+
+TINY = TINY_MODEL.replace("num_hidden_layers=1", "num_hidden_layers=2")
 LAYERS, HEADS = 2, 2
 SYMBOLS = SymbolVocabulary(10)
 ENCODERS = {"inputs": SYMBOLS, "targets": SYMBOLS}
@@ -21,7 +21,7 @@ ENCODERS = {"inputs": SYMBOLS, "targets": SYMBOLS}
 
 @pytest.fixture(scope="module")
 def model():
-    hparams = registry.hparams("transformer_tiny").override_from_string(TINY)
+    hparams = hparams_of(TINY)
     return build_model("transformer", hparams, SYMBOLS.vocab_size)
 
 
@@ -112,9 +112,7 @@ def test_large_figures_stay_bounded():
 
 
 def run_decoder(*flags):
-    command = [sys.executable, "-m", "t2t_lite.bin.decoder", *flags]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    return result.returncode, result.stdout + result.stderr
+    return run("decoder", *flags)
 
 
 def test_decoder_writes_pictures_of_the_first_sentences(model, tmp_path):

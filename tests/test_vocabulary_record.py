@@ -17,9 +17,9 @@ from t2t_lite import registry
 from t2t_lite.run_description import (RunDescriptionError, VocabularyError, checked_vocabulary,
                                       saved_run, vocabulary_record)
 
-from program_runs import file_hashes, run
+from program_runs import SMALL_MODEL, error_lines, file_hashes, joined, run
 
-HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256"
+HPARAMS = joined(SMALL_MODEL, "batch_size=256")
 VOCABULARY_FILE = "vocab.translate_text_files.bpe.model"
 WORDS = {"a": "house garden river light stone water city night friend music paper window bread "
               "road morning winter table mountain letter story".split(),
@@ -74,16 +74,13 @@ def trainer_flags(data_dir, output_dir, steps: int) -> list:
             "--log_every_steps=1", "--save_checkpoints_steps=1"]
 
 
-def train(data_dir, output_dir, steps: int = 2):
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, steps))
-    assert code == 0, out
-    return output_dir
-
-
 @pytest.fixture(scope="module")
 def trained(data_dirs, tmp_path_factory):
     """Two steps on "a", a checkpoint at each; tests work on copies of it."""
-    return train(data_dirs["a"], tmp_path_factory.mktemp("trained") / "run")
+    output_dir = tmp_path_factory.mktemp("trained") / "run"
+    code, out = run("trainer", *trainer_flags(data_dirs["a"], output_dir, 2))
+    assert code == 0, out
+    return output_dir
 
 
 @pytest.fixture
@@ -99,10 +96,6 @@ def without_record(output_dir):
     description = json.loads(path.read_text())
     del description["vocabulary"]
     path.write_text(json.dumps(description, indent=2))
-
-
-def error_lines(out: str) -> list:
-    return [line for line in out.splitlines() if line.startswith("error:")]
 
 
 def assert_refused_naming_both(code, out, data_dirs, record):
@@ -197,16 +190,23 @@ def test_the_average_keeps_the_record_and_is_refused_another_vocabulary(data_dir
     assert not target.exists()
 
 
-def test_the_averager_refuses_a_kept_record_of_another_vocabulary(data_dirs, run_copy,
+def test_the_averager_refuses_a_kept_record_of_another_vocabulary(data_dirs, trained, run_copy,
                                                                   tmp_path):
-    """An average of a run trained on "b" into the folder that keeps the hparams.json of an
-    average of the run on "a": the decoder would read the new average with "a"'s record."""
+    """An average of a run on "b" into the folder that keeps the hparams.json of an average of
+    the run on "a": the decoder would read the new average with "a"'s record. (The run on "b"
+    is a copy of the run on "a" whose hparams.json records "b"'s vocabulary, as the trainer
+    records it: the averager reads no more of it.)"""
     out_path = run_copy / "averaged" / "model.ckpt"
     code, out = run("avg_checkpoints", f"--output_dir={run_copy}", "--num_last=1",
                     f"--out={out_path}")
     assert code == 0, out
     before = file_hashes(run_copy)
-    other_run = train(data_dirs["b"], tmp_path / "run_b", steps=1)
+    other_run = tmp_path / "run_b"
+    shutil.copytree(trained, other_run)
+    description = json.loads((other_run / "hparams.json").read_text())
+    description["vocabulary"] = vocabulary_record(registry.problem("translate_text_files"),
+                                                  data_dirs["b"])
+    (other_run / "hparams.json").write_text(json.dumps(description, indent=2))
     code, out = run("avg_checkpoints", f"--output_dir={other_run}", "--num_last=1",
                     f"--out={out_path}")
     assert code == 2, out

@@ -11,26 +11,13 @@ import time
 
 import pytest
 
-from program_runs import SMALL, run, trainer_flags
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(300, 20)
-
-
-@pytest.fixture(scope="module")
-def trained_dir(data_dir, tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("trained")
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, steps=2))
-    assert code == 0, out
-    return output_dir
+from program_runs import SMALL, error_lines, program_command, run, run_program, trainer_flags
 
 
 def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(data_dir, tmp_path):
     first = subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.bin.trainer",
-         *trainer_flags(data_dir, tmp_path, steps=1_000_000, checkpoint_every=None)],
+        program_command("trainer",
+                        *trainer_flags(data_dir, tmp_path, steps=1_000_000, checkpoint_every=None)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 300
@@ -148,10 +135,8 @@ UNREACHABLE = "nosuchfs://bucket/x"
 def test_an_input_that_cannot_be_reached_is_one_error_naming_the_flag(tmp_path, program, flags,
                                                                        flag):
     """Relative D, O, E and A, in tmp_path: nothing is written there either."""
-    result = subprocess.run(
-        [sys.executable, "-m", f"t2t_lite.bin.{program}", *flags, f"--{flag}={UNREACHABLE}"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    result = run_program(program, *flags, f"--{flag}={UNREACHABLE}", cwd=tmp_path)
+    errors = error_lines(result.stderr)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert len(errors) == 1, result.stderr[-3000:]
     assert errors[0].startswith(f"error: --{flag}={UNREACHABLE}: cannot reach {UNREACHABLE}: "

@@ -3,24 +3,18 @@
 on TensorFlow's defaults, with nothing measured, cached or announced about the CPU."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-SMALL = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=256,"
-         "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=50")
+import program_runs
+from program_runs import SMALL, joined
+
+HPARAMS = joined(SMALL, "learning_rate_warmup_steps=50")
 
 
 def run(program, *flags, expect_failure=False, environment=None):
-    command = [sys.executable, "-m", f"t2t_lite.bin.{program}", *flags]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env=environment)
-    output = result.stdout + result.stderr
-    if expect_failure:
-        assert result.returncode != 0, output
-    else:
-        assert result.returncode == 0, output
+    code, output = program_runs.run(program, *flags, env=environment)
+    assert (code != 0) == expect_failure, output
     return output
 
 
@@ -34,7 +28,7 @@ def data_dir(tmp_path_factory):
 
 def train(data_dir, output_dir, steps, *extra, environment=None):
     return run("trainer", "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
-               f"--hparams={SMALL}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+               f"--hparams={HPARAMS}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
                f"--train_steps={steps}", "--eval_every=20", "--eval_steps=2",
                "--save_checkpoints_steps=20", "--log_every_steps=10", "--eval_bleu_sentences=8",
                *extra, environment=environment)

@@ -2,15 +2,13 @@
 as any mistake a user can fix does: one `error:` line naming the flag and exit status 2
 (docs/checks.md), where absl's parser printed "FATAL Flags parsing error" with status 1. Help
 still prints and exits 0."""
-import subprocess
-import sys
-
 import pytest
+
+from program_runs import error_lines, run_program
 
 
 def run(program, *flags):
-    result = subprocess.run([sys.executable, "-m", f"t2t_lite.bin.{program}", *flags],
-                            capture_output=True, text=True, timeout=600)
+    result = run_program(program, *flags)
     return result.returncode, result.stdout, result.stderr
 
 
@@ -28,7 +26,7 @@ def run(program, *flags):
 ])
 def test_a_flag_the_parser_refuses_is_one_error_line_with_status_2(program, flags, message):
     code, out, err = run(program, *flags)
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    errors = error_lines(err)
     assert code == 2, err
     assert len(errors) == 1 and errors[0].startswith(f"error: {message}"), err
     assert errors[0].endswith("(--helpshort lists the flags)")

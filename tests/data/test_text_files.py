@@ -51,10 +51,13 @@ def test_a_utf16_file_is_named_by_its_first_nul_byte(tmp_path):
         list(read_lines(str(path)))
 
 
-def test_the_decoder_replaces_a_nul_byte_and_names_the_line(tmp_path, caplog):
+@pytest.mark.parametrize("bad, warning", [(b"\x00", "a NUL byte (at byte 2)"),
+                                          (b"\xff", "invalid UTF-8")])
+def test_the_decoder_replaces_a_bad_byte_and_names_the_line(tmp_path, caplog, bad, warning):
+    """Every input line keeps its place: the bad byte becomes U+FFFD and a warning names it."""
     path = tmp_path / "in.txt"
-    path.write_bytes(b"eins\nzw\x00ei\ndrei\n")
+    path.write_bytes(b"eins\nzw" + bad + b"ei\ndrei\n")
     with caplog.at_level(logging.WARNING):
         lines = decoder.read_sentences(str(path))
     assert lines == ["eins", "zw\ufffdei", "drei"]
-    assert f"{path}, line 2: a NUL byte (at byte 2)" in caplog.text
+    assert f"{path}, line 2: {warning}" in caplog.text

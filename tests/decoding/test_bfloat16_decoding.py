@@ -4,8 +4,6 @@ bfloat16 with float32 logits, log probabilities and scores, and it translates as
 model does."""
 import collections
 import os
-import subprocess
-import sys
 
 from keras.layers import Dense
 import numpy as np
@@ -16,6 +14,8 @@ from t2t_lite import checkpoints, registry
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
+
+from program_runs import run_program
 
 SEARCH = SearchHParams(beam_size=4, alpha=0.6)
 
@@ -166,11 +166,9 @@ def test_the_decoder_program_decodes_in_bfloat16_when_asked(trained, tmp_path, t
     data_dir, output_dir, _ = trained
     source = os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")
     target = str(tmp_path / "out.txt")
-    result = subprocess.run(
-        [sys.executable, "-m", "t2t_lite.bin.decoder", f"--data_dir={data_dir}",
-         f"--output_dir={output_dir}", f"--decode_from_file={source}",
-         f"--decode_to_file={target}", "--hparams=mixed_precision=bfloat16"],
-        capture_output=True, text=True, timeout=600)
+    result = run_program("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+                         f"--decode_from_file={source}", f"--decode_to_file={target}",
+                         "--hparams=mixed_precision=bfloat16")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "its weights cast to bfloat16" in result.stderr
     with open(target) as handle:

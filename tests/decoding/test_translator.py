@@ -4,17 +4,17 @@ import logging
 import keras
 import pytest
 
-from t2t_lite import registry
 from t2t_lite.data.vocab import SymbolVocabulary
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 
+from program_runs import TINY_MODEL, hparams_of
+
 
 @pytest.fixture(scope="module")
 def translator():
-    hparams = registry.hparams("transformer_tiny").override_from_string(
-        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+    hparams = hparams_of(TINY_MODEL)
     keras.utils.set_random_seed(1)
     vocabulary = SymbolVocabulary(10)
     model = build_model("transformer", hparams, vocabulary.vocab_size)
@@ -68,12 +68,3 @@ def test_parallel_batches_default_to_one_per_cpu_core_without_a_gpu(monkeypatch)
     monkeypatch.setattr(decoder.tf.config, "list_physical_devices",
                         lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
     assert decoder.parallel_batches_for(decoder.TranslatorHParams()) == 1
-
-
-def test_invalid_utf8_is_replaced_and_named(tmp_path, caplog):
-    path = tmp_path / "in.txt"
-    path.write_bytes(b"1 2\n3 \xff 4\n5\n")
-    with caplog.at_level(logging.WARNING):
-        lines = decoder.read_sentences(str(path))
-    assert lines == ["1 2", "3 \ufffd 4", "5"]
-    assert f"{path}, line 2: invalid UTF-8" in caplog.text

@@ -7,22 +7,19 @@ import os
 import random
 import resource
 import signal
-import subprocess
-import sys
 
 import keras
 import pytest
 import tensorflow as tf
 
-from t2t_lite import registry
 from t2t_lite.data.vocab import SymbolVocabulary
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
-from t2t_lite.run_description import save_run_description, vocabulary_record
 from t2t_lite.storage_errors import StorageError
 
-HPARAMS = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
+from program_runs import TINY_MODEL, error_lines, hparams_of, run
+
 DECODE = "beam_size=1,extra_length=2,batch_size=2,parallel_batches=1"  # 128-line windows
 
 
@@ -32,13 +29,9 @@ def symbol_lines(count: int, seed: int = 1) -> list:
             for _ in range(count)]
 
 
-def error_lines(out: str) -> list:
-    return [line for line in out.splitlines() if line.startswith("error:")]
-
-
 @pytest.fixture(scope="module")
 def translator():
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
+    hparams = hparams_of(TINY_MODEL)
     keras.utils.set_random_seed(1)
     vocabulary = SymbolVocabulary(10)
     model = build_model("transformer", hparams, vocabulary.vocab_size)
@@ -119,46 +112,29 @@ def test_an_empty_input_gives_an_empty_file(translator, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["decoded.txt"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(copy_task_data, tmp_path_factory):
-    """(data_dir, output_dir) of an untrained tiny copy model's checkpoint and hparams.json."""
-    from t2t_lite import checkpoints
-    data_dir = copy_task_data(20, 5)
-    output_dir = str(tmp_path_factory.mktemp("run") / "train")
-    problem = registry.problem("algorithmic_copy")
-    hparams = registry.hparams("transformer_tiny").override_from_string(HPARAMS)
-    model = build_model("transformer", hparams, problem.vocab_size(data_dir))
-    checkpoints.make_manager(output_dir, model).save(checkpoint_number=1)  # untrained will do
-    save_run_description(output_dir, "algorithmic_copy", "transformer", hparams,
-                         vocabulary_record(problem, data_dir))
-    return data_dir, output_dir
-
-
 def decode(model_dir, source, target, file_size_limit: int = None):
-    """(exit status, stdout and stderr) of t2t_lite-decoder with DECODE, in a process that
-    may write files of at most `file_size_limit` bytes (a write beyond fails with EFBIG, as
-    on a full disk)."""
+    """(exit status, stdout and stderr) of t2t_lite-decoder with DECODE on model_dir's (data_dir,
+    output_dir), in a process that may write files of at most `file_size_limit` bytes (a write
+    beyond fails with EFBIG, as on a full disk)."""
     data_dir, output_dir = model_dir
 
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
-    result = subprocess.run(
-        [sys.executable, "-m", "t2t_lite.bin.decoder", f"--data_dir={data_dir}",
-         f"--output_dir={output_dir}", f"--decode_from_file={source}",
-         f"--decode_to_file={target}", f"--decode_hparams={DECODE}"],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        preexec_fn=limit if file_size_limit else None)
-    return result.returncode, result.stdout + result.stderr
+    return run("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+               f"--decode_from_file={source}", f"--decode_to_file={target}",
+               f"--decode_hparams={DECODE}", env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+               preexec_fn=limit if file_size_limit else None)
 
 
-def test_a_file_size_limit_is_one_error_line_and_the_lines_done_are_kept(model_dir, tmp_path):
+def test_a_file_size_limit_is_one_error_line_and_the_lines_done_are_kept(untrained_model_dir,
+                                                                         tmp_path):
+    """conftest's untrained model: its translations are as good as any for the writing."""
     source = tmp_path / "source.txt"
     source.write_text("".join(line + "\n" for line in symbol_lines(300)))
     whole_path = tmp_path / "whole.txt"
-    code, out = decode(model_dir, source, whole_path)
+    code, out = decode(untrained_model_dir, source, whole_path)
     assert code == 0, out
     whole = whole_path.read_text().splitlines(keepends=True)
     assert len(whole) == 300
@@ -169,7 +145,7 @@ def test_a_file_size_limit_is_one_error_line_and_the_lines_done_are_kept(model_d
     folder.mkdir()
     target = folder / "decoded.txt"
     target.write_text("an earlier decoding\n")
-    code, out = decode(model_dir, source, target, file_size_limit=limit)
+    code, out = decode(untrained_model_dir, source, target, file_size_limit=limit)
     assert code == 2, out
     assert "Traceback" not in out
     assert error_lines(out) == [

@@ -12,6 +12,8 @@ import tensorflow as tf
 from t2t_lite.layers.dropout import (Dropout, masks_of_batch, random_uint16,
                                     threshold_and_scale)
 
+from program_runs import TINY_MODEL
+
 
 def test_threshold_and_scale_by_hand():
     # 0.1 * 65536 = 6553.6 -> 6554 dropped values of 65536; kept ones scaled by 65536 / 58982.
@@ -73,6 +75,7 @@ def test_noise_shape_is_refused():
 
 REPLICAS_SCRIPT = textwrap.dedent("""
     import json
+    import sys
     import numpy as np
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -93,8 +96,7 @@ REPLICAS_SCRIPT = textwrap.dedent("""
         masks = strategy.experimental_local_results(
             tf.function(lambda: strategy.run(lambda: inner(tf.ones([4, 64]))))())
         # The same sentence pair on both replicas, the whole model in training mode.
-        hparams = registry.hparams("transformer_tiny").override_from_string(
-            "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+        hparams = registry.hparams("transformer_tiny").override_from_string(sys.argv[1])
         keras.utils.set_random_seed(7)
         with strategy.scope():
             model = build_model("transformer", hparams, 12)
@@ -119,8 +121,8 @@ def test_each_replica_draws_its_own_mask():
     over two logical CPUs), with and without XLA: the layer's masks differ, and the model given
     the same sentence pair on both replicas computes two different training losses. One
     replica keeps Keras's seed: its mask is that of a layer outside any strategy."""
-    done = subprocess.run([sys.executable, "-c", REPLICAS_SCRIPT], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", REPLICAS_SCRIPT, TINY_MODEL],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.split("RESULT ", 1)[1])
     for jit in ("False", "True"):

@@ -6,7 +6,6 @@ traceback and left hidden `.unshuffled.incomplete` shards. On tmpfs mounts of a 
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +13,8 @@ from t2t_lite import registry
 from t2t_lite.data import text_files
 from t2t_lite.data.problem import DATAGEN_LOCK_NAME
 from t2t_lite.storage_errors import StorageError
+
+from program_runs import error_lines, run_program
 
 MIB = 1 << 20
 
@@ -24,9 +25,8 @@ def full_message(data_dir):
 
 
 def datagen(data_dir, tmp_dir):
-    return subprocess.run([sys.executable, "-m", "t2t_lite.bin.datagen",
-                           "--problem=algorithmic_copy", f"--data_dir={data_dir}",
-                           f"--tmp_dir={tmp_dir}"], capture_output=True, text=True, timeout=600)
+    return run_program("datagen", "--problem=algorithmic_copy", f"--data_dir={data_dir}",
+                       f"--tmp_dir={tmp_dir}")
 
 
 def fingerprints(folder):
@@ -42,7 +42,7 @@ def test_a_full_disk_is_one_error_line_and_leaves_no_temporary_file(small_filesy
     done = datagen(data_dir, str(tmp_path / "tmp"))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
+    assert error_lines(done.stderr) == [
         f"error: {full_message(data_dir)}"]
     assert os.listdir(data_dir) == []  # no shard of the split cut short, no temporary, no lock
 

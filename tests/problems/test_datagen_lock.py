@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -18,11 +17,12 @@ from t2t_lite import registry
 from t2t_lite.data.problem import DATAGEN_LOCK_NAME, datagen_lock
 from t2t_lite.output_lock import OutputLock, OutputLockedError
 
+from program_runs import error_lines, program_command
 
-def datagen(data_dir, tmp_dir, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "t2t_lite.bin.datagen",
-                             "--problem=algorithmic_copy", f"--data_dir={data_dir}",
-                             f"--tmp_dir={tmp_dir}"], text=True, **kwargs)
+
+def datagen_command(data_dir, tmp_dir) -> list:
+    return program_command("datagen", "--problem=algorithmic_copy", f"--data_dir={data_dir}",
+                           f"--tmp_dir={tmp_dir}")
 
 
 def small_copy_problem():
@@ -35,7 +35,8 @@ def test_a_second_datagen_is_refused_naming_the_first_whose_data_verifies(tmp_pa
     """The first datagen is paused (SIGSTOP) as soon as it writes in --data_dir, so that it is
     still running, whatever the machine's speed, when the second starts."""
     data_dir, tmp_dir = str(tmp_path / "data"), str(tmp_path / "tmp")
-    first = datagen(data_dir, tmp_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = subprocess.Popen(datagen_command(data_dir, tmp_dir), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         # Its lock (without the lock: its first shard's temporary file).
@@ -46,7 +47,7 @@ def test_a_second_datagen_is_refused_naming_the_first_whose_data_verifies(tmp_pa
             time.sleep(0.02)
         first.send_signal(signal.SIGSTOP)
         try:
-            second = subprocess.run(datagen(data_dir, tmp_dir).args, capture_output=True,
+            second = subprocess.run(datagen_command(data_dir, tmp_dir), capture_output=True,
                                     text=True, timeout=300)
         finally:
             first.send_signal(signal.SIGCONT)
@@ -58,7 +59,7 @@ def test_a_second_datagen_is_refused_naming_the_first_whose_data_verifies(tmp_pa
 
     assert second.returncode == 2, second.stdout + second.stderr
     assert "Traceback" not in second.stderr
-    errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(second.stderr)
     lock = os.path.join(data_dir, DATAGEN_LOCK_NAME)
     assert len(errors) == 1 and re.fullmatch(
         re.escape(f"error: cannot generate data in --data_dir={data_dir}: datagen.py (host "

@@ -5,14 +5,14 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from t2t_lite import registry
 from t2t_lite.data import pipeline
 from t2t_lite.errors import DataError
+
+from program_runs import run
 
 WORDS = ("house garden river light stone water city night friend music paper window "
          "bread road morning winter table mountain letter story").split()
@@ -37,10 +37,8 @@ def write_pair(folder, name, count, seed):
 
 
 def datagen(*flags, expect_failure=False):
-    command = [sys.executable, "-m", "t2t_lite.bin.datagen", *flags]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    output = result.stdout + result.stderr
-    assert (result.returncode != 0) == expect_failure, output
+    code, output = run("datagen", *flags, timeout=300)
+    assert (code != 0) == expect_failure, output
     return output
 
 

@@ -13,6 +13,8 @@ import pytest
 from t2t_lite import registry
 from t2t_lite.errors import DataError
 
+from program_runs import run_program, trainer_flags
+
 HPARAMS = registry.hparams("transformer_tiny")
 
 
@@ -70,17 +72,11 @@ def test_datagen_writes_a_split_without_manifest_again_as_the_error_says(unverif
 
 
 def test_the_trainer_refuses_them_unless_allow_unverified_data_is_given(unverified, tmp_path):
-    import subprocess
-    import sys
     _, data_dir = unverified
     output_dir = str(tmp_path / "train")
 
     def train(*extra):
-        return subprocess.run(
-            [sys.executable, "-m", "t2t_lite.bin.trainer", "--problem=algorithmic_copy",
-             "--hparams_set=transformer_tiny", f"--data_dir={data_dir}",
-             f"--output_dir={output_dir}", "--train_steps=2", "--eval_steps=0", *extra],
-            capture_output=True, text=True, timeout=600)
+        return run_program("trainer", *trainer_flags(data_dir, output_dir, 2), *extra)
 
     refused = train()
     assert refused.returncode == 2, refused.stderr

@@ -23,9 +23,11 @@ from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 from t2t_lite.serving import ctranslate2_export
 
+from program_runs import SMALL_MODEL, error_lines, hparams_of, program_command
+
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-TINY = "hidden_size=32,filter_size=64,num_heads=4,num_hidden_layers=2"
+TINY = SMALL_MODEL.replace("num_heads=2,num_hidden_layers=1", "num_heads=4,num_hidden_layers=2")
 LAYOUTS = {
     "pre-norm, t2t's sin|cos, shared embeddings": TINY,
     "post-norm, the paper's interleaved signal, separate matrices": (
@@ -43,14 +45,13 @@ def run(*command, expect_failure=False, env=None):
 
 
 def program(name, *flags, **kwargs):
-    return run(sys.executable, "-m", f"t2t_lite.bin.{name}", *flags, **kwargs)
+    return run(*program_command(name, *flags), **kwargs)
 
 
 def random_model(overrides: str, vocab_size: int, seed: int = 0):
     """An untrained model whose every weight (layer norms and biases too) is random, so that
     a weight mapped to the wrong place or left out changes the outputs."""
-    hparams = registry.hparams("transformer_tiny").override_from_string(overrides)
-    model = build_model("transformer", hparams, vocab_size, for_inference=True)
+    model = build_model("transformer", hparams_of(overrides), vocab_size, for_inference=True)
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         shape = tuple(variable.shape)
@@ -197,9 +198,9 @@ def test_without_ctranslate2_the_export_is_one_error_naming_the_extra(trained_co
         exporter.run()
     """)
     status, output = run(sys.executable, "-c", blocked, expect_failure=True)
-    error_lines = [line for line in output.splitlines() if line.startswith("error:")]
-    assert status == 2 and len(error_lines) == 1, output
-    assert "pip install 't2t_lite[ctranslate2]'" in error_lines[0]
+    errors = error_lines(output)
+    assert status == 2 and len(errors) == 1, output
+    assert "pip install 't2t_lite[ctranslate2]'" in errors[0]
     assert not os.path.exists(export_dir)
 
 

@@ -1,28 +1,26 @@
 """Checkpoint averaging (paper §6.1): the model variables of the last k checkpoints, averaged
 element by element, restore into a fresh model and load in the decoder."""
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import checkpoints, registry
+from t2t_lite import checkpoints
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.decoding import decoder
 from t2t_lite.models.building import build_model
 from t2t_lite.run_description import save_run_description, saved_run
 from t2t_lite.training import averaging, trainer
 
+from program_runs import TINY_MODEL, hparams_of, run_program
+
 VOCAB_SIZE = 12
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tiny_hparams():
-    return registry.hparams("transformer_tiny").override_from_string(
-        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1")
+    return hparams_of(TINY_MODEL)
 
 
 def fresh_model():
@@ -88,9 +86,8 @@ def test_too_few_or_no_checkpoints(output_dir, tmp_path):
 
 def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
     out = str(tmp_path / "averaged.ckpt")
-    command = [sys.executable, "-m", "t2t_lite.bin.avg_checkpoints",
-               f"--output_dir={output_dir}", "--num_last=2", f"--out={out}"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_program("avg_checkpoints", f"--output_dir={output_dir}", "--num_last=2",
+                         f"--out={out}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "averaged 2 checkpoints" in result.stdout
     assert "model.ckpt-20" in result.stdout and "model.ckpt-30" in result.stdout
@@ -103,8 +100,7 @@ def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
     for path, value in model_values(model).items():
         np.testing.assert_allclose(value, np.full(value.shape, 4.0), err_msg=path)
 
-    failed = subprocess.run(command[:3] + [f"--output_dir={output_dir}", "--num_last=9",
-                                           f"--out={out}"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    failed = run_program("avg_checkpoints", f"--output_dir={output_dir}", "--num_last=9",
+                         f"--out={out}")
     assert failed.returncode == 2
     assert f"error: {output_dir} has 3 checkpoints, fewer than the 9" in failed.stderr

@@ -4,8 +4,6 @@ either the complete old average or the complete new one; a full disk leaves the 
 error line, and removes the new one's files."""
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,8 @@ from t2t_lite.errors import FlagError
 from t2t_lite.run_description import save_run_description
 from t2t_lite.training import averaging
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from program_runs import error_lines, run_program
+
 SHAPE = (256, 512)  # 512 KiB of float32: the average does not fit the full disk below
 KEY = "model/dense.Skernel/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -121,13 +120,12 @@ def average_on_a_full_disk(output_dir: str, folder: str, out: str):
     with open(f"{folder}/filler", "wb") as handle:  # all but 64 KiB
         handle.write(bytes(os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
                            - (64 << 10)))
-    result = subprocess.run(
-        [sys.executable, "-m", "t2t_lite.bin.avg_checkpoints", f"--output_dir={output_dir}",
-         "--num_last=3", f"--out={out}"], capture_output=True, text=True, timeout=300, cwd=REPO)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    result = run_program("avg_checkpoints", f"--output_dir={output_dir}", "--num_last=3",
+                         f"--out={out}")
     assert result.returncode == 2, result.stderr[-3000:]
-    assert errors == [f"error: --out={out}: no space left on its file system; free some space "
-                      f"or choose another folder, then run the same command again"]
+    assert error_lines(result.stderr) == [
+        f"error: --out={out}: no space left on its file system; free some space or choose "
+        f"another folder, then run the same command again"]
     assert "Traceback" not in result.stderr
 
 

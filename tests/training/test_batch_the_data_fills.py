@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from program_runs import SMALL, run, trainer_flags
+from program_runs import SMALL, error_lines, hparams_of, run, trainer_flags
 from t2t_lite import registry
 from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParams
@@ -23,6 +23,7 @@ TOKENS_OF_A_PASS = TRAIN_EXAMPLES * 22
 
 @pytest.fixture(scope="module")
 def data_dir(copy_task_data):
+    """TRAIN_EXAMPLES training examples, where conftest's data_dir has 300."""
     return copy_task_data(TRAIN_EXAMPLES, 5)
 
 
@@ -35,7 +36,7 @@ def test_a_batch_beyond_the_data_is_refused_before_training(data_dir, tmp_path):
     code, out = run("trainer", *trainer_flags(data_dir, output_dir,
                                               hparams=small_with_batch_size(44_000)))
     assert code == 2, out
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    errors = error_lines(out)
     assert errors == [f"error: --hparams=batch_size=44000 asks for 44000 tokens a batch, but one "
                       f"pass over the training data in {data_dir} holds {TOKENS_OF_A_PASS} "
                       f"tokens (its examples of at most max_length=22 tokens, each counted at "
@@ -53,7 +54,7 @@ def test_a_batch_of_all_the_data_trains(data_dir, tmp_path):
 
 
 def copy_hparams(**changes) -> HParams:
-    return registry.hparams("transformer_tiny").override_from_string(SMALL).replace(**changes)
+    return hparams_of(SMALL).replace(**changes)
 
 
 def test_replicas_and_accumulated_batches_count_into_the_update(data_dir):

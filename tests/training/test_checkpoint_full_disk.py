@@ -14,7 +14,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from program_runs import file_hashes, run, trainer_flags
+from program_runs import error_lines, file_hashes, run, trainer_flags
 
 CHECKPOINT_BYTES = 290_000  # model.ckpt-N.data of SMALL with Adam's moments
 
@@ -27,20 +27,6 @@ def fill(folder, leave_bytes: int):
         handle.write(b"\0" * max(free - leave_bytes, 0))
 
 
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(300, 20)
-
-
-@pytest.fixture(scope="module")
-def trained_dir(data_dir, tmp_path_factory):
-    """Two steps, a checkpoint at each (about 0.6 MB in all)."""
-    output_dir = tmp_path_factory.mktemp("trained") / "run"
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 2))
-    assert code == 0, out
-    return output_dir
-
-
 @pytest.mark.parametrize("free_bytes, fails_at", [
     (CHECKPOINT_BYTES // 2, "the checkpoint of step 3"),  # the record and the picture fit
     (16 * 1024, "learning_rate.png"),  # the lock and hparams.json fit, the 30 kB picture not
@@ -48,14 +34,14 @@ def trained_dir(data_dir, tmp_path_factory):
 ])
 def test_a_full_disk_is_one_error_and_the_last_checkpoint_stays(
         data_dir, trained_dir, small_filesystem, free_bytes, fails_at):
-    disk = small_filesystem(3)
+    disk = small_filesystem(3)  # trained_dir's two checkpoints are about 0.6 MB
     output_dir = os.path.join(disk, "run")
     shutil.copytree(trained_dir, output_dir)
     fill(disk, free_bytes)
 
     code, out = run("trainer", *trainer_flags(data_dir, output_dir, 4))
     assert code == 2, (fails_at, out)
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    errors = error_lines(out)
     # The lock (output_lock.py) names the folder without the flag.
     named = f"(--output_dir=)?{output_dir}" if fails_at == "the lock" else \
         f"--output_dir={output_dir}"
@@ -74,12 +60,9 @@ def test_a_full_disk_is_one_error_and_the_last_checkpoint_stays(
         kept.append("learning_rate.png")  # the new picture did not fit: the old one stays
     for name in kept:
         assert after[name] == before[name], name
-    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-                    "--decode_from_file=/dev/null")
-    assert code == 0, out  # the last complete checkpoint restores
 
     os.remove(os.path.join(disk, "ballast"))
     code, out = run("trainer", *trainer_flags(data_dir, output_dir, 4))
     assert code == 0, out
-    assert f"resuming from {output_dir}/model.ckpt-2" in out
+    assert f"resuming from {output_dir}/model.ckpt-2" in out  # the last complete one restores
     assert tf.train.latest_checkpoint(output_dir) == f"{output_dir}/model.ckpt-4"

@@ -3,11 +3,12 @@ over an epoch of many batches the per-replica step is traced a bounded number of
 import keras
 import numpy as np
 
-from t2t_lite import registry
 from t2t_lite.data import pipeline, records
 from t2t_lite.models.building import build_model
 from t2t_lite.training import trainer
 from t2t_lite.training.step import TrainingSteps
+
+from program_runs import TINY_MODEL, hparams_of
 
 
 def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
@@ -16,9 +17,7 @@ def test_traces_and_shapes_are_bounded_by_the_buckets(tmp_path):
                  "targets": rng.integers(2, 12, size=n).tolist() + [1]}
                 for n in rng.integers(1, 30, size=1500))
     records.write_shards(examples, records.shard_paths(str(tmp_path), "toy-train", 2))
-    hparams = registry.hparams("transformer_tiny").override_from_string(
-        "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=128,"
-        "max_length=32,length_bucket_step=1.5")
+    hparams = hparams_of(TINY_MODEL, "batch_size=128,max_length=32,length_bucket_step=1.5")
     boundaries = pipeline.bucket_boundaries(32, 8, 1.5) + [32]
     dataset = pipeline.batched_dataset(str(tmp_path / "toy-train-*"), hparams, training=True,
                                        seed=3).take(60)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from program_runs import NO_DROPOUT, TINY, joined, program_command
 
-HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=128,"
-           "max_length=22,min_length_bucket=22,layer_prepostprocess_dropout=0,"
-           "attention_dropout=0,relu_dropout=0")
+
+HPARAMS = joined(TINY, NO_DROPOUT)
 STEPS = 4
 
 MIRRORED = textwrap.dedent("""
@@ -33,11 +33,6 @@ MIRRORED = textwrap.dedent("""
                                     save_checkpoints_steps=2, log_every_steps=2,
                                     jit_compile=True))  # XLA under MirroredStrategy (a GPU's default)
 """)
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(500, 50)
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +65,12 @@ def test_two_worker_processes_train_like_two_local_replicas(data_dir, mirrored_r
         env = dict(os.environ, TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}))
         workers.append(subprocess.Popen(
-            [sys.executable, "-m", "t2t_lite.bin.trainer", "--problem=algorithmic_copy",
-             "--hparams_set=transformer_tiny", f"--hparams={HPARAMS}", f"--data_dir={data_dir}",
-             f"--output_dir={output_dir}", f"--train_steps={STEPS}", "--eval_every=2",
-             "--eval_steps=1", "--save_checkpoints_steps=2", "--log_every_steps=2",
-             "--eval_bleu_sentences=5", "--jit_compile"],
+            program_command("trainer", "--problem=algorithmic_copy",
+                            "--hparams_set=transformer_tiny", f"--hparams={HPARAMS}",
+                            f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+                            f"--train_steps={STEPS}", "--eval_every=2", "--eval_steps=1",
+                            "--save_checkpoints_steps=2", "--log_every_steps=2",
+                            "--eval_bleu_sentences=5", "--jit_compile"),
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for worker in workers:

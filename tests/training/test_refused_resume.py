@@ -1,43 +1,27 @@
 """A trainer rerun on a folder that holds another run is refused before it writes anything, and
 a damaged hparams.json is one error in every program: the checkpoints of a run are never left
-beside a record that does not describe them (issue 35). The same command rerun resumes."""
+beside a record that does not describe them (issue 35). The same command rerun resumes; other
+training settings on resume are recorded once a checkpoint holds them."""
 import json
 import shutil
 
 import pytest
+import tensorflow as tf
 
-from t2t_lite import registry
 from t2t_lite.hparams_lib import HParams
 from t2t_lite.run_description import RunDescriptionError, save_run_description, saved_run
 from t2t_lite.training.trainer import ResumeError, resumable_hparams
 
-from program_runs import SMALL, file_hashes, run, trainer_flags
+from program_runs import SMALL, error_lines, file_hashes, hparams_of, run, trainer_flags
 
 
 def decoder_flags(data_dir, output_dir):
     return [f"--data_dir={data_dir}", f"--output_dir={output_dir}", "--decode_from_file=/dev/null"]
 
 
-def error_lines(out: str) -> list:
-    return [line for line in out.splitlines() if line.startswith("error:")]
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(300, 20)
-
-
-@pytest.fixture(scope="module")
-def trained_dir(data_dir, tmp_path_factory):
-    """A run of two steps with a checkpoint at each; tests work on copies of it."""
-    output_dir = tmp_path_factory.mktemp("trained") / "run"
-    code, out = run("trainer", *trainer_flags(data_dir, output_dir, 2))
-    assert code == 0, out
-    return output_dir
-
-
 @pytest.fixture
 def run_copy(trained_dir, tmp_path):
+    """A copy of conftest's trained_dir: two steps, a checkpoint at each."""
     copy = tmp_path / "run"
     shutil.copytree(trained_dir, copy)
     return copy
@@ -59,26 +43,35 @@ def test_other_hparams_are_refused_before_anything_is_written(data_dir, run_copy
     assert code == 2, out
     for name in ("hidden_size", "filter_size", "num_heads", "num_hidden_layers", "batch_size"):
         assert f"{name}: " in error_lines(out)[0], name
+    # Byte for byte the run (trained_dir) that tests/bin/test_checked_before_work.py decodes.
     assert file_hashes(run_copy) == before
 
-    code, out = run("decoder", *decoder_flags(data_dir, run_copy))
-    assert code == 0, out  # the run's own checkpoints still decode
 
-
-def test_the_same_command_resumes_to_more_steps(data_dir, run_copy):
-    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 3))
-    assert code == 0, out
-    assert f"resuming from {run_copy}/model.ckpt-2" in out and "from step 2 to 3" in out
-    assert (run_copy / "model.ckpt-3.index").exists()
-
-
-def test_a_resume_with_other_training_settings_keeps_the_record_and_appends_them(data_dir,
-                                                                                 run_copy):
-    """The learning rate and label smoothing changed at step 2: hparams.json still says what
-    steps 1-2 trained with, and from which step the new values hold; the decoder reads the
-    last ones (the model is the same)."""
+def test_other_training_settings_are_recorded_once_a_checkpoint_holds_them(data_dir,
+                                                                           run_copy):
+    """A change that fails before a checkpoint holds it (a NaN loss, which stops training with
+    one error naming the last good checkpoint, and keeps it) is not recorded. The learning rate
+    and label smoothing changed at step 2 are: hparams.json still says what steps 1-2 trained
+    with, and from which step the new values hold; the decoder reads the last ones (the model
+    is the same)."""
     record = run_copy / "hparams.json"
     before = json.loads(record.read_text())
+    hashes = file_hashes(run_copy)
+    # Step 3's update makes the weights infinite, step 4's loss NaN; no checkpoint between.
+    code, out = run("trainer", *trainer_flags(data_dir, run_copy, 4,
+                                              SMALL + ",learning_rate_constant=1e30",
+                                              checkpoint_every=10))
+    assert code == 2, out
+    assert error_lines(out) == [
+        f"error: the training loss became NaN or infinite at step 4; stopped. The last good "
+        f"checkpoint is {run_copy}/model.ckpt-2. Lower the learning rate "
+        f"(learning_rate_constant) or lengthen the warmup, then run again."], out
+    written = [path for path, digest in file_hashes(run_copy).items()
+               if hashes.get(path) != digest]
+    # hparams.json and the checkpoints as they were (no NaN saved); new events only.
+    assert all(path.startswith(("train/", "eval/")) for path in written), written
+    assert tf.train.latest_checkpoint(str(run_copy)) == f"{run_copy}/model.ckpt-2"
+
     changed = SMALL + ",learning_rate_constant=0.5,label_smoothing=0.0"
     code, out = run("trainer", *trainer_flags(data_dir, run_copy, 3, changed))
     assert code == 0, out
@@ -134,7 +127,7 @@ def test_a_damaged_record_is_refused_even_without_checkpoints(data_dir, tmp_path
 
 
 def tiny():
-    return registry.hparams("transformer_tiny").override_from_string(SMALL)
+    return hparams_of(SMALL)
 
 
 def write_record(folder, text):

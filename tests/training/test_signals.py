@@ -8,22 +8,15 @@ import os
 import re
 import signal
 import subprocess
-import sys
 
 import keras
 import pytest
 import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management
 
-from t2t_lite import registry
 from t2t_lite.training import trainer
 
-from program_runs import SMALL, run, trainer_flags
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(2000, 20)
+from program_runs import SMALL, hparams_of, program_command, run, trainer_flags
 
 
 @pytest.mark.parametrize("number, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -31,7 +24,7 @@ def test_a_signal_saves_a_checkpoint_releases_the_lock_and_the_same_command_resu
         data_dir, tmp_path, number, status):
     output_dir = tmp_path / "run"
     flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
-    process = subprocess.Popen([sys.executable, "-m", "t2t_lite.bin.trainer", *flags],
+    process = subprocess.Popen(program_command("trainer", *flags),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     before = []
     for line in process.stderr:  # until the first progress line: training is under way
@@ -81,7 +74,7 @@ def test_a_second_signal_during_the_save_leaves_the_last_complete_checkpoint(
         data_dir, tmp_path, monkeypatch):
     """The second SIGTERM arrives when the new checkpoint's files are written and the
     `checkpoint` file that would name it is not yet."""
-    hparams = registry.hparams("transformer_tiny").override_from_string(SMALL)
+    hparams = hparams_of(SMALL)
     output_dir = tmp_path / "run"
     config = trainer.RunConfig(train_steps=1, eval_steps=0, save_checkpoints_steps=1000)
     keras.backend.clear_session()  # both runs name their variables as a new process does
@@ -126,7 +119,7 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_update(data_dir, tmp_p
         # The chief's lines to a file: a full pipe that nobody reads would stop it.
         with open(chief_log if index == 0 else os.devnull, "w") as log:
             workers.append(subprocess.Popen(
-                [sys.executable, "-m", "t2t_lite.bin.trainer", *flags], env=env,
+                program_command("trainer", *flags), env=env,
                 stdout=subprocess.DEVNULL, stderr=log if index == 0 else subprocess.PIPE,
                 text=True))
     try:

@@ -1,6 +1,7 @@
 """A time budget (RunConfig.train_minutes) ends training after the update during which it runs
 out, whatever train_steps says, with a checkpoint there as at the end of any run; the progress
-lines count down to it. In a run of two worker processes both stop after the same update."""
+lines count down to it. In a run of two worker processes both stop after the same update: the
+one whose budget runs out first stops the other."""
 import json
 import os
 import re
@@ -12,22 +13,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from t2t_lite import registry
+from program_runs import TINY, hparams_of
 from t2t_lite.training import summaries, trainer
 from t2t_lite.training.schedules import learning_rate
 
-HPARAMS = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=128,"
-           "max_length=22,min_length_bucket=22")
 TRAIN_STEPS = 100_000
 BUDGET_SECONDS = 4.0
-# Two workers' first update (tracing, the collectives' setup) takes about 12 s on 2 cores: a
-# budget that leaves them updates after it.
-WORKERS_BUDGET_SECONDS = 30.0
-
-
-@pytest.fixture(scope="module")
-def data_dir(copy_task_data):
-    return copy_task_data(500, 20)
 
 
 def latest_step(output_dir: str) -> int:
@@ -39,8 +30,7 @@ def test_a_time_budget_ends_training_early_with_a_checkpoint(data_dir, tmp_path,
     line is checked against the schedule's rate of that update in a whole run as well."""
     lines = []
     monkeypatch.setattr(summaries.logging, "info", lambda text, *args: lines.append(text % args))
-    hparams = registry.hparams("transformer_tiny").override_from_string(
-        HPARAMS + ",optimizer_multistep_accumulate_steps=2")
+    hparams = hparams_of(TINY, "optimizer_multistep_accumulate_steps=2")
     output_dir = str(tmp_path / "run")
     start = time.monotonic()
     trainer.train("algorithmic_copy", "transformer", hparams, data_dir, output_dir,
@@ -82,25 +72,27 @@ WORKER = textwrap.dedent("""
                                     eval_steps=0, log_every_steps=1, save_checkpoints_steps=100000),
                   strategy=strategy)
 """)
+# Worker 0's budget runs out during the first update, whatever the machine's speed; worker 1's
+# would not in a day (nor its train_steps): it stops only because worker 0's has run out.
+WORKER_BUDGET_SECONDS = [0.001, 86_400]
 
 
 def test_two_workers_stop_after_the_same_update(data_dir, tmp_path, free_ports):
-    """The workers' clocks start seconds apart, many updates: each stops when the first runs
-    out of time, else one would wait in the next step's all-reduce for the other."""
+    """Without the stop of the other, worker 1 would go on to update 2 and wait in its
+    all-reduce for worker 0, which has ended."""
     output_dir = str(tmp_path / "workers")
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     # Files, not pipes: a worker whose full pipe nobody reads yet (a line per update) would
     # stop, and the other wait for it in the next all-reduce.
     logs = [tmp_path / f"worker_{index}.log" for index in range(2)]
     workers = []
-    for index, log in enumerate(logs):
+    for index, (log, seconds) in enumerate(zip(logs, WORKER_BUDGET_SECONDS)):
         env = dict(os.environ, TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}))
         with open(log, "w") as handle:
             workers.append(subprocess.Popen(
-                [sys.executable, "-c", WORKER, data_dir, output_dir, HPARAMS,
-                 str(WORKERS_BUDGET_SECONDS)], env=env, stdout=handle, stderr=subprocess.STDOUT))
-        time.sleep(3 * index)  # the second starts later: its clock runs 3 s behind
+                [sys.executable, "-c", WORKER, data_dir, output_dir, TINY, str(seconds)],
+                env=env, stdout=handle, stderr=subprocess.STDOUT))
     try:
         for worker in workers:
             worker.wait(timeout=300)
@@ -112,6 +104,7 @@ def test_two_workers_stop_after_the_same_update(data_dir, tmp_path, free_ports):
     for worker, output in zip(workers, outputs):
         assert worker.returncode == 0, output
         last_steps.append(re.findall(r"step (\d+)/(\d+)  loss", output)[-1])
-    step = latest_step(output_dir)
-    assert last_steps == [(str(step), str(step))] * 2, last_steps
-    assert 10 <= step < TRAIN_STEPS  # updates after the first
+    assert last_steps == [("1", "1")] * 2, last_steps
+    assert latest_step(output_dir) == 1
+    assert "the time budget of 1.66667e-05 minutes has run out" in outputs[0]
+    assert "the time budget of 1440 minutes has run out" in outputs[1]  # told by worker 0
