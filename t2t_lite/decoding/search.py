@@ -232,6 +232,14 @@ class _Batch:
                              shape_invariants=(shapes,))[0]
 
 
+def _searching_until(max_length):
+    """The loop condition of both searches: a row not done yet, and room for another token."""
+    def keep_going(state):
+        return tf.logical_and(state.step < max_length,
+                              tf.logical_not(tf.reduce_all(state.done)))
+    return keep_going
+
+
 def _gather(structure, indices):
     """Rows `indices` of every tensor of `structure`."""
     return tf.nest.map_structure(lambda tensor: tf.gather(tensor, indices), structure)
@@ -292,17 +300,13 @@ def greedy_search(model, inputs, extra_length: int = 50, fixed_shapes: bool = Fa
                                                       (sentence, done, next_ids, cache))
         return _GreedyState(t + 1, sentence, done, next_ids, decoded_ids, total, cache)
 
-    def keep_going(state):
-        return tf.logical_and(state.step < max_length,
-                              tf.logical_not(tf.reduce_all(state.done)))
-
     # decoded_ids[:, 0] is the start position (PAD, as t2t's shift_right); token t lands at t + 1.
     state = _GreedyState(
         step=tf.constant(0), sentence=tf.range(batch_size),
         done=tf.zeros([batch_size], tf.bool), next_ids=tf.fill([batch_size], PAD_ID),
         decoded_ids=tf.zeros([batch_size, max_length + 1], tf.int32),
         log_probs=tf.zeros([batch_size], tf.float32), cache=cache)
-    state = batch.loop(keep_going, step, state)
+    state = batch.loop(_searching_until(max_length), step, state)
     return state.decoded_ids[:, 1:], state.log_probs
 
 
@@ -475,10 +479,6 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         return _BeamState(t + 1, sentence, done, ended, alive_seq, alive_log_probs, *finished,
                           DecodingCache(self_attention, memory, bias))
 
-    def keep_going(state):
-        return tf.logical_and(state.step < max_length,
-                              tf.logical_not(tf.reduce_all(state.done)))
-
     state = _BeamState(
         step=tf.constant(0), sentence=tf.range(batch_size),
         done=tf.zeros([batch_size], tf.bool), ended=tf.zeros([batch_size], tf.int32),
@@ -489,7 +489,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
         finished_scores=tf.fill([batch_size, beam_size], NEG_INF),
         finished_flags=tf.zeros([batch_size, beam_size], tf.bool), cache=cache)
     state = step(state, first_candidates)
-    state = batch.loop(keep_going, step, state)
+    state = batch.loop(_searching_until(max_length), step, state)
     # Sentences searched to the last step without a finished sequence: their best alive one.
     rows = state.sentence[:, tf.newaxis]
     best_alive_seq = tf.scatter_nd(rows, state.alive_seq[:, 0], [batch_size, length])
