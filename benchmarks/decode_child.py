@@ -53,7 +53,7 @@ def decoder_translators(job: dict):
     import tensorflow as tf
     from t2t_lite.decoding import decoder
     from t2t_lite.decoding.search import SearchHParams
-    from t2t_lite.run_description import saved_run
+    from t2t_lite.storage.run_description import saved_run
 
     batching = decoder.TranslatorHParams(batch_size=job["batch_size"],
                                          parallel_batches=job["parallel_batches"])

@@ -32,7 +32,7 @@ import ctranslate2_runtime  # noqa: E402  (benchmarks/peers/)
 from harness import PROBLEM, fmt  # noqa: E402
 
 from t2t_lite.decoding import decoder  # noqa: E402
-from t2t_lite.run_description import saved_run  # noqa: E402
+from t2t_lite.storage.run_description import saved_run  # noqa: E402
 from t2t_lite.training.trainer import cpu_multiplies_in_bfloat16  # noqa: E402
 
 CHILD = os.path.join(harness.BENCHMARKS, "decode_child.py")

@@ -24,9 +24,9 @@ def define_flags():
 
 
 def main(argv):
-    from t2t_lite import output_paths
-    from t2t_lite.output_lock import OutputLock
-    from t2t_lite.storage_errors import reported_full_storage
+    from t2t_lite.storage import output_paths
+    from t2t_lite.storage.output_lock import OutputLock
+    from t2t_lite.storage.storage_errors import reported_full_storage
     from t2t_lite.training import averaging
     common.check_inputs_reachable("output_dir")
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)

@@ -111,7 +111,7 @@ def check_inputs_reachable(*names: str):
     bucket without network, a scheme TensorFlow has no file system for:
     output_paths.check_reachable), before any work; else TensorFlow's error came out as a
     traceback from wherever the path was first read."""
-    from t2t_lite import output_paths
+    from t2t_lite.storage import output_paths
     for name in names:
         path = FLAGS[name].value
         if path:
@@ -122,7 +122,7 @@ def trained_run_from_flags(run_dir: str = None):
     """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
     folder with the hparams.json of an exported model): from the flags when given, else from
     the hparams.json the trainer wrote there."""
-    from t2t_lite.run_description import saved_run
+    from t2t_lite.storage.run_description import saved_run
     run = saved_run(run_dir or FLAGS.output_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:

@@ -40,8 +40,8 @@ def define_flags():
 
 
 def main(argv):
-    from t2t_lite import output_paths
-    from t2t_lite.output_lock import OutputLock
+    from t2t_lite.storage import output_paths
+    from t2t_lite.storage.output_lock import OutputLock
     from t2t_lite.serving import ctranslate2_export, export
     if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
         raise common.FlagError("--quantization applies to --format=ctranslate2 only")

@@ -22,7 +22,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 from t2t_lite.data.problem import DEV, TEST, TRAIN
 from t2t_lite.data.text_files import read_parallel
 from t2t_lite.data.text_problem import Text2TextProblem

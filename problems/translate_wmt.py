@@ -11,7 +11,7 @@ from t2t_lite.data.problem import DEV, TEST, TRAIN
 from t2t_lite.data.text_problem import Text2TextProblem
 from t2t_lite.errors import DataError
 from t2t_lite.registry import register_problem
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.storage_errors import reported_full_storage
 
 TFDS_SPLITS = {TRAIN: "train", DEV: "validation", TEST: "test"}
 

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite import atomic_files, output_paths
+from t2t_lite.storage import atomic_files, output_paths
 from t2t_lite.errors import UserError
 
 CHECKPOINT_NAME = "model.ckpt"

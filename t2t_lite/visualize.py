@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from t2t_lite.atomic_files import atomic_write  # noqa: E402
+from t2t_lite.storage.atomic_files import atomic_write  # noqa: E402
 from t2t_lite.data.vocab import EOS_ID, PAD_ID, SentencePieceVocabulary  # noqa: E402
 
 START_TOKEN = "<s>"

@@ -104,7 +104,7 @@ def untrained_model_dir(data_dir, built_once):
     def save(folder):
         from t2t_lite import checkpoints, registry
         from t2t_lite.models.building import build_model
-        from t2t_lite.run_description import save_run_description, vocabulary_record
+        from t2t_lite.storage.run_description import save_run_description, vocabulary_record
         problem = registry.problem("algorithmic_copy")
         hparams = program_runs.hparams_of(program_runs.TINY_MODEL)
         model = build_model("transformer", hparams, problem.vocab_size(data_dir))

@@ -6,7 +6,7 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 
 
 @pytest.fixture(params=["local", "ram"])

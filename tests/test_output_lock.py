@@ -8,9 +8,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from t2t_lite import output_lock
+from t2t_lite.storage import output_lock
 from t2t_lite.errors import UserError
-from t2t_lite.output_lock import OutputLock, OutputLockedError
+from t2t_lite.storage.output_lock import OutputLock, OutputLockedError
 
 
 def test_a_second_lock_is_refused_naming_the_holder(tmp_path):

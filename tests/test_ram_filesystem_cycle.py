@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.decoding import decoder
-from t2t_lite.run_description import saved_run
+from t2t_lite.storage.run_description import saved_run
 from t2t_lite.serving import export
 from t2t_lite.training import averaging, trainer
 

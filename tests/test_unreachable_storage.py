@@ -11,10 +11,10 @@ import time
 import pytest
 import tensorflow as tf
 
-from t2t_lite import output_lock, output_paths
+from t2t_lite.storage import output_lock, output_paths
 from t2t_lite.errors import FlagError
-from t2t_lite.output_lock import OutputLock, OutputLockedError
-from t2t_lite.storage_errors import StorageError
+from t2t_lite.storage.output_lock import OutputLock, OutputLockedError
+from t2t_lite.storage.storage_errors import StorageError
 
 from program_runs import error_lines, run_program
 

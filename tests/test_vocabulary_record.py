@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from t2t_lite import registry
-from t2t_lite.run_description import (RunDescriptionError, VocabularyError, checked_vocabulary,
+from t2t_lite.storage.run_description import (RunDescriptionError, VocabularyError, checked_vocabulary,
                                       saved_run, vocabulary_record)
 
 from program_runs import SMALL_MODEL, error_lines, file_hashes, joined, run
@@ -258,7 +258,7 @@ class Problem:
 
 def test_a_vocabulary_without_files_is_recorded_and_checked_by_its_size(tmp_path):
     from t2t_lite.hparams_lib import HParams
-    from t2t_lite.run_description import save_run_description
+    from t2t_lite.storage.run_description import save_run_description
     copy_record = vocabulary_record(registry.problem("algorithmic_copy"), str(tmp_path))
     assert copy_record == {"data_dir": str(tmp_path), "vocab_size": 12, "files": []}
     save_run_description(str(tmp_path), "algorithmic_copy", "transformer", HParams(),

@@ -20,14 +20,14 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.output_lock import OutputLock
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.output_lock import OutputLock
+from t2t_lite.storage.storage_errors import reported_full_storage
 
 TRAIN, DEV, TEST = "train", "dev", "test"
 # Not the trainer's t2t_lite.lock: with --output_dir and --data_dir the same folder, a trainer and

@@ -28,7 +28,7 @@ import re
 
 import tensorflow as tf
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 
 INCOMPLETE_SUFFIX = atomic_files.INCOMPLETE_SUFFIX  # of the leftovers an interrupted write leaves
 MANIFEST_SUFFIX = ".manifest.json"

@@ -9,9 +9,9 @@ import urllib.request
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 from t2t_lite.errors import DataError
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.storage_errors import reported_full_storage
 
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 

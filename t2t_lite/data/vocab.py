@@ -146,7 +146,7 @@ class SentencePieceVocabulary:
             input_sentence_size=0, shuffle_input_sentence=False,
             hard_vocab_limit=False, byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
             minloglevel=2)
-        from t2t_lite import atomic_files
+        from t2t_lite.storage import atomic_files
         with atomic_files.atomic_write(model_path, "wb") as handle:
             handle.write(model_writer.getvalue())
         return cls(model_path)

@@ -24,8 +24,9 @@ import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, checkpoints, output_paths, registry
-from t2t_lite.atomic_files import atomic_write
+from t2t_lite import checkpoints, registry
+from t2t_lite.storage import atomic_files, output_paths
+from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.data import text_files
 from t2t_lite.errors import DataError
 from t2t_lite.data.vocab import EOS_ID
@@ -34,8 +35,8 @@ from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
 from t2t_lite.models.building import build_model
 from t2t_lite.progress import progress_bar
-from t2t_lite.run_description import checked_vocabulary
-from t2t_lite.storage_errors import (StorageError, full_storage_message, is_full_storage,
+from t2t_lite.storage.run_description import checked_vocabulary
+from t2t_lite.storage.storage_errors import (StorageError, full_storage_message, is_full_storage,
                                      reported_full_storage)
 
 

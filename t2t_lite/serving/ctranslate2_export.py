@@ -42,16 +42,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, checkpoints, registry
+from t2t_lite import checkpoints, registry
+from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.ctranslate2_translator import (
     EXPORT_RECORD, SENTENCEPIECE_MODEL, import_ctranslate2)
 from t2t_lite.errors import UserError
 from t2t_lite.layers.timing_signal import timing_signal
-from t2t_lite.run_description import checked_vocabulary, save_run_description
+from t2t_lite.storage.run_description import checked_vocabulary, save_run_description
 from t2t_lite.serving.export import check_export_dir
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.storage_errors import reported_full_storage
 
 # CTranslate2's names (ctranslate2.specs' optimize), the first its CPU users' choice: int8
 # weights and products, the rest in float32 (int8 and int8_float32 are the same on a CPU).

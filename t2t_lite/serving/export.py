@@ -43,13 +43,14 @@ import json
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, checkpoints, registry
+from t2t_lite import checkpoints, registry
+from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams, search
 from t2t_lite.errors import UserError
-from t2t_lite.run_description import checked_vocabulary, save_run_description
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.run_description import checked_vocabulary, save_run_description
+from t2t_lite.storage.storage_errors import reported_full_storage
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
 FAILED_SCORE = float("-inf")  # the score of a sentence that is not translated

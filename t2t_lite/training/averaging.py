@@ -32,10 +32,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, checkpoints, output_paths
+from t2t_lite import checkpoints
+from t2t_lite.storage import atomic_files, output_paths
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.errors import FlagError
-from t2t_lite.run_description import (HPARAMS_FILE, VocabularyError, description_path,
+from t2t_lite.storage.run_description import (HPARAMS_FILE, VocabularyError, description_path,
                                       described_vocabulary, recorded_vocabulary, same_vocabulary)
 
 AVERAGE_NAME = "average"  # an average's prefix in P: average-STEP-TOKEN

@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from t2t_lite import atomic_files
+from t2t_lite.storage import atomic_files
 from t2t_lite.errors import UserError
 
 

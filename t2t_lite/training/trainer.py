@@ -25,14 +25,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, output_paths, registry
+from t2t_lite import checkpoints, registry
+from t2t_lite.storage import output_paths
 from t2t_lite.errors import UserError
 from t2t_lite.models.building import build_model
-from t2t_lite.output_lock import OutputLock
-from t2t_lite.run_description import (description_path, differing_values, record_training,
+from t2t_lite.storage.output_lock import OutputLock
+from t2t_lite.storage.run_description import (description_path, differing_values, record_training,
                                       saved_run)
-from t2t_lite.run_description import checked_vocabulary
-from t2t_lite.storage_errors import reported_full_storage
+from t2t_lite.storage.run_description import checked_vocabulary
+from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
 from t2t_lite.training.schedules import LearningRateSchedule

@@ -7,7 +7,8 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from t2t_lite import atomic_files, registry
+from t2t_lite import registry
+from t2t_lite.storage import atomic_files
 from t2t_lite.hparams_lib import HParams
 
 HPARAMS = HParams(batch_size=256, max_length=64)

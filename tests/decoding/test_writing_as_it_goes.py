@@ -16,7 +16,7 @@ from t2t_lite.data.vocab import SymbolVocabulary
 from t2t_lite.decoding import decoder
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
-from t2t_lite.storage_errors import StorageError
+from t2t_lite.storage.storage_errors import StorageError
 
 from program_runs import TINY_MODEL, error_lines, hparams_of, run
 

@@ -12,7 +12,7 @@ import pytest
 from t2t_lite import registry
 from t2t_lite.data import text_files
 from t2t_lite.data.problem import DATAGEN_LOCK_NAME
-from t2t_lite.storage_errors import StorageError
+from t2t_lite.storage.storage_errors import StorageError
 
 from program_runs import error_lines, run_program
 

@@ -15,7 +15,7 @@ import pytest
 
 from t2t_lite import registry
 from t2t_lite.data.problem import DATAGEN_LOCK_NAME, datagen_lock
-from t2t_lite.output_lock import OutputLock, OutputLockedError
+from t2t_lite.storage.output_lock import OutputLock, OutputLockedError
 
 from program_runs import error_lines, program_command
 

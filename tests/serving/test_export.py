@@ -51,7 +51,7 @@ def exported(trained):
     """An export without XLA (the default), written in this process by export.export, which
     the exporter program runs (xla_exported runs the program)."""
     from t2t_lite.decoding.search import SearchHParams
-    from t2t_lite.run_description import saved_run
+    from t2t_lite.storage.run_description import saved_run
     from t2t_lite.serving.export import export
     data_dir, output_dir = trained
     export_dir = os.path.join(os.path.dirname(output_dir), "export", "1")
@@ -131,7 +131,7 @@ def test_a_fresh_process_translates_like_the_decoder(trained, fresh_process):
     from t2t_lite import registry
     from t2t_lite.decoding import decoder
     from t2t_lite.decoding.search import SearchHParams
-    from t2t_lite.run_description import saved_run
+    from t2t_lite.storage.run_description import saved_run
     data_dir, output_dir = trained
     with open(os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")) as handle:
         lines = handle.read().splitlines()

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.models.building import build_model
-from t2t_lite.run_description import saved_run
+from t2t_lite.storage.run_description import saved_run
 from t2t_lite.training import trainer
 
 TINY = ("hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1,batch_size=256,"

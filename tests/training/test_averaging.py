@@ -11,7 +11,7 @@ from t2t_lite import checkpoints
 from t2t_lite.checkpoints import CheckpointError
 from t2t_lite.decoding import decoder
 from t2t_lite.models.building import build_model
-from t2t_lite.run_description import save_run_description, saved_run
+from t2t_lite.storage.run_description import save_run_description, saved_run
 from t2t_lite.training import averaging, trainer
 
 from program_runs import TINY_MODEL, hparams_of, run_program

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from t2t_lite import checkpoints, registry
 from t2t_lite.errors import FlagError
-from t2t_lite.run_description import save_run_description
+from t2t_lite.storage.run_description import save_run_description
 from t2t_lite.training import averaging
 
 from program_runs import error_lines, run_program

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.run_description import RunDescriptionError, save_run_description, saved_run
+from t2t_lite.storage.run_description import RunDescriptionError, save_run_description, saved_run
 from t2t_lite.training.trainer import ResumeError, resumable_hparams
 
 from program_runs import SMALL, error_lines, file_hashes, hparams_of, run, trainer_flags

@@ -42,7 +42,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.atomic_files import atomic_write
+from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_lib import HParams
 

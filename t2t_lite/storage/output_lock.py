@@ -34,9 +34,9 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import atomic_files, output_paths
+from t2t_lite.storage import atomic_files, output_paths
 from t2t_lite.errors import UserError
-from t2t_lite.storage_errors import StorageError, reported_full_storage
+from t2t_lite.storage.storage_errors import StorageError, reported_full_storage
 
 LOCK_NAME = "t2t_lite.lock"
 

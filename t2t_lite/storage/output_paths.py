@@ -22,7 +22,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import FlagError
-from t2t_lite.storage_errors import StorageError, reported_full_storage
+from t2t_lite.storage.storage_errors import StorageError, reported_full_storage
 
 # A gs:// stat answers in well under a second, the first with its token request in a few.
 REACH_SECONDS = 10
