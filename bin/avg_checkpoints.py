@@ -24,19 +24,16 @@ def define_flags():
 
 
 def main(argv):
-    from t2t_lite.storage import output_paths
-    from t2t_lite.storage.output_lock import OutputLock
-    from t2t_lite.storage.storage_errors import reported_full_storage
+    from t2t_lite.storage import output_paths, outputs
     from t2t_lite.training import averaging
     common.check_inputs_reachable("output_dir")
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
-    created = output_paths.prepare_output_folder(FLAGS.out, "out")
-    lock = OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}")
-    # The lock released first: a failure leaves no folder that this run made.
-    with output_paths.removed_on_failure(created):
+    # The average replaces the one in --out as a unit: the lock is in the folder that holds it.
+    output = outputs.Output.folder(FLAGS.out, "out",
+                                   lock_folder=output_paths.parent_folder(FLAGS.out))
+    with outputs.opened(output):
         averaging.check_out(FLAGS.out)
-        with reported_full_storage(FLAGS.out, "out"), lock:
-            prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
+        prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")

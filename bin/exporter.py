@@ -40,9 +40,8 @@ def define_flags():
 
 
 def main(argv):
-    from t2t_lite.storage import output_paths
-    from t2t_lite.storage.output_lock import OutputLock
     from t2t_lite.serving import ctranslate2_export, export
+    from t2t_lite.storage import outputs
     if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
         raise common.FlagError("--quantization applies to --format=ctranslate2 only")
     if FLAGS.format == "ctranslate2":
@@ -56,12 +55,9 @@ def main(argv):
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
     # --decode_hparams only the search's settings apply.
     search_hparams, _ = common.decode_hparams_from_flags()
-    export_dir = FLAGS.export_dir.rstrip("/")
-    created = output_paths.prepare_parent_folder(export_dir, "export_dir")
-    # Beside the SavedModel's folder, which does not exist until it is written whole; released
-    # before a failure removes the folders made for it.
-    with output_paths.removed_on_failure(created), \
-            OutputLock.beside(export_dir, f"write --export_dir={export_dir}"):
+    output = outputs.Output.whole_folder(FLAGS.export_dir, "export_dir")
+    export_dir = output.path
+    with outputs.opened(output):
         if FLAGS.format == "ctranslate2":
             checkpoint = ctranslate2_export.export_ctranslate2(
                 problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir, export_dir,

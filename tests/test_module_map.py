@@ -123,3 +123,26 @@ def test_no_modules_import_each_other_in_a_loop():
 def test_a_loop_is_found():
     assert a_loop({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert a_loop({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+# What only storage/ itself uses: a program opens its outputs through storage.outputs.
+OPENING_AN_OUTPUT = {"t2t_lite.storage.output_lock", "prepare_output_folder",
+                     "prepare_parent_folder", "prepare_output_file", "removed_on_failure"}
+
+
+def test_outputs_are_opened_only_through_storage_outputs():
+    """No module outside storage/ takes a lock or prepares an output path itself (the names
+    of OPENING_AN_OUTPUT, imported or used as an attribute)."""
+    wrong = [f"{path} imports {target}" for path, module, target in imports()
+             if part(module) != "storage" and (
+                 target in OPENING_AN_OUTPUT or target.rpartition(".")[2] in OPENING_AN_OUTPUT
+                 or target.startswith("t2t_lite.storage.output_lock."))]
+    for module, path in library_modules().items():
+        if part(module) == "storage":
+            continue
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        wrong += [f"{os.path.relpath(path, REPOSITORY)}:{node.lineno} uses {node.attr}"
+                  for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr in OPENING_AN_OUTPUT]
+    assert not wrong, "\n".join(sorted(set(wrong)))

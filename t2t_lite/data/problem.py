@@ -8,7 +8,7 @@ read them back as length-bucketed token batches (`dataset`).
 Splits that are decoded and scored rather than trained on (the test split) are also written as
 plain text, one sentence a line, for the decoder.
 
-Datagen holds a lock in data_dir while it writes (`datagen_lock`), which t2t did not: two
+Datagen holds a lock in data_dir while it writes (`datagen_output`), which t2t did not: two
 datagens on one folder removed and renamed each other's files and ended in NotFoundError or
 DataLossError tracebacks, or left final-named shards without a manifest.
 """
@@ -20,14 +20,12 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.storage import atomic_files
+from t2t_lite.storage import atomic_files, outputs
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.storage.output_lock import OutputLock
-from t2t_lite.storage.storage_errors import reported_full_storage
 
 TRAIN, DEV, TEST = "train", "dev", "test"
 # Not the trainer's t2t_lite.lock: with --output_dir and --data_dir the same folder, a trainer and
@@ -42,12 +40,12 @@ class Split:
     shards: int
 
 
-def datagen_lock(data_dir: str, purpose: str = None) -> OutputLock:
-    """The lock datagen holds in data_dir while it writes there (`t2t_lite-datagen.lock`): a
+def datagen_output(data_dir: str, purpose: str = None) -> outputs.Output:
+    """data_dir as datagen writes it, with the lock it holds there (`t2t_lite-datagen.lock`): a
     second datagen is refused at once, naming the first, and `check_data` refuses to read the
     folder meanwhile. `purpose` completes the refusal's "cannot ...". """
-    return OutputLock(os.path.join(data_dir, DATAGEN_LOCK_NAME),
-                      purpose or f"generate data in --data_dir={data_dir}")
+    return outputs.Output.folder(data_dir, "data_dir", lock_name=DATAGEN_LOCK_NAME,
+                                 purpose=purpose or f"generate data in --data_dir={data_dir}")
 
 
 class Problem:
@@ -124,28 +122,27 @@ class Problem:
         kept, so running again after an interruption or a full disk finishes the work. Returns
         {split: stats} for the splits written now.
 
-        Holds data_dir's `datagen_lock` while it writes; a datagen already writing there is
+        Holds data_dir's lock (`datagen_output`) while it writes; a datagen already writing there is
         refused at once, before the raw data is read. A full disk is one StorageError naming
         the folder: the split being written is removed with every temporary file (the
         vocabulary's too), and the splits already complete keep their manifests."""
-        lock = datagen_lock(data_dir)
-        lock.refuse_if_held()  # at once, before the checks of the raw data
+        data, tmp = datagen_output(data_dir), outputs.Output.folder(tmp_dir, "tmp_dir",
+                                                                    lock_name=None)
+        tmp.check()
+        data.check()  # at once, before the checks of the raw data
         self.check_raw_data(tmp_dir)
-        with reported_full_storage(tmp_dir, "tmp_dir"):
-            tf.io.gfile.makedirs(tmp_dir)
-        with reported_full_storage(data_dir, "data_dir"):
-            tf.io.gfile.makedirs(data_dir)
-            with lock:
-                self.prepare_vocabulary(data_dir, tmp_dir)
-                encoders = self.feature_encoders(data_dir)
-                written = {}
-                for split in self.dataset_splits():
-                    if split.shards:
-                        stats = self._write_records(data_dir, tmp_dir, split, encoders)
-                    else:
-                        stats = self._write_text(data_dir, tmp_dir, split)
-                    if stats:
-                        written[split.name] = stats
+        tmp.prepare()  # no lock: raw files and downloads may be shared by several data folders
+        with outputs.opened(data):
+            self.prepare_vocabulary(data_dir, tmp_dir)
+            encoders = self.feature_encoders(data_dir)
+            written = {}
+            for split in self.dataset_splits():
+                if split.shards:
+                    stats = self._write_records(data_dir, tmp_dir, split, encoders)
+                else:
+                    stats = self._write_text(data_dir, tmp_dir, split)
+                if stats:
+                    written[split.name] = stats
         self.log_summary(data_dir, written)
         return written
 
@@ -227,7 +224,7 @@ class Problem:
         a folder with 5 of 10 shards missing and one empty trained without a word). With
         `allow_unverified` (the trainer's --allow_unverified_data, for shards written by other
         tools) they are read with a warning. A datagen writing data_dir is refused too."""
-        datagen_lock(data_dir, f"read the data in {data_dir}").refuse_if_held()
+        datagen_output(data_dir, f"read the data in {data_dir}").lock().refuse_if_held()
         for split_name in split_names:
             pattern = self.filepattern(data_dir, split_name)
             manifest = self.manifest_path(data_dir, split_name)

@@ -25,7 +25,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import checkpoints, registry
-from t2t_lite.storage import atomic_files, output_paths
+from t2t_lite.storage import atomic_files, output_paths, outputs
 from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.data import text_files
 from t2t_lite.errors import DataError
@@ -431,12 +431,11 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")
     checked_vocabulary(ctranslate2_model or output_dir, problem, data_dir)
-    created = []  # folders made for the outputs, removed again if the decoding fails
-    if decode_to is not None:
-        created += output_paths.prepare_output_file(decode_to, "decode_to_file")
+    wanted = [outputs.Output.file(decode_to, "decode_to_file")] if decode_to is not None else []
     if attention_dir:
-        created += output_paths.prepare_output_folder(attention_dir, "attention_dir")
-    with output_paths.removed_on_failure(created):
+        wanted.append(outputs.Output.folder(attention_dir, "attention_dir", lock_name=None))
+    # TranslationsFile names a failed write of the translations itself.
+    with outputs.opened(*wanted, name_full_disk=False):
         encoders = problem.feature_encoders(data_dir)
         if ctranslate2_model:
             model = None
@@ -450,16 +449,16 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
             search_rows = None
         translator = Translator(model, encoders, search_hparams, problem.max_length,
                                 decode_from or "stdin", translator_hparams, search_rows)
-        outputs = write_translations(translator, lines, decode_to)
+        translations = write_translations(translator, lines, decode_to)
         if attention_dir:
             from t2t_lite import visualize  # matplotlib only when pictures are asked for
-            sentences = list(zip(lines, outputs))[:attention_sentences]
+            sentences = list(zip(lines, translations))[:attention_sentences]
             paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
             logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
                          len(paths), attention_dir)
     if references is None:
         return None
-    scores = score(outputs, references)
+    scores = score(translations, references)
     logging.info("exact match %.2f%% (%d sentences); %s", 100 * scores["exact_match"],
                  len(lines), scores["bleu_text"])
     return scores

@@ -26,10 +26,9 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import checkpoints, registry
-from t2t_lite.storage import output_paths
+from t2t_lite.storage import outputs
 from t2t_lite.errors import UserError
 from t2t_lite.models.building import build_model
-from t2t_lite.storage.output_lock import OutputLock
 from t2t_lite.storage.run_description import (description_path, differing_values, record_training,
                                       saved_run)
 from t2t_lite.storage.run_description import checked_vocabulary
@@ -453,7 +452,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     `strategy` defaults to distribution.choose_strategy(config.devices).
 
     The inputs (problem, data, vocabulary) and the run recorded in output_dir are checked
-    before anything is written, and the chief holds output_dir's OutputLock while it trains: a
+    before anything is written, and the chief holds output_dir's lock while it trains (outputs): a
     second trainer started on the same folder is refused instead of writing the same
     checkpoint names. A write that finds output_dir's disk full is a StorageError."""
     problem = registry.problem(problem_name)
@@ -461,9 +460,10 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
     replicas = strategy.num_replicas_in_sync
     chief = distribution.is_chief(strategy)
-    lock = OutputLock.of_folder(output_dir, f"train in --output_dir={output_dir}")
+    output = outputs.Output.folder(output_dir, "output_dir",
+                                   purpose=f"train in --output_dir={output_dir}")
     if chief:
-        lock.refuse_if_held()  # at once, before the slower checks of the data
+        output.check()  # at once, before the slower checks of the data
     hparams = resumable_hparams(output_dir, problem_name, model_name, hparams)
     precision = mixed_precision_for(hparams, strategy)
     if hparams.mixed_precision == "auto" and precision == "bfloat16":
@@ -484,12 +484,11 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocab_size = problem.vocab_size(data_dir)
     # The vocabulary the checkpoints were trained on, or a VocabularyError naming both files.
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
-    if chief:
-        output_paths.prepare_output_folder(output_dir, "output_dir")
     signal_stop = SignalStop(multi_worker=distribution.cluster_workers() > 1)
     try:
-        with signal_stop.installed(), reported_full_storage(output_dir, "output_dir"), \
-                (lock if chief else contextlib.nullcontext()):
+        # The chief writes the folder; the other workers' writes are named by its flag too.
+        with signal_stop.installed(), (outputs.opened(output) if chief else
+                                       reported_full_storage(output_dir, "output_dir")):
             try:
                 return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                      callbacks if chief else (), strategy, jit_compile,

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from t2t_lite import registry
-from t2t_lite.data.problem import DATAGEN_LOCK_NAME, datagen_lock
+from t2t_lite.data.problem import DATAGEN_LOCK_NAME, datagen_output
 from t2t_lite.storage.output_lock import OutputLock, OutputLockedError
 
 from program_runs import error_lines, program_command
@@ -75,7 +75,7 @@ def test_a_second_datagen_is_refused_naming_the_first_whose_data_verifies(tmp_pa
 def test_the_data_is_not_read_while_a_datagen_writes_it(tmp_path):
     problem, data_dir = small_copy_problem(), str(tmp_path)
     problem.generate_data(data_dir, data_dir)
-    with datagen_lock(data_dir):
+    with datagen_output(data_dir).lock():
         with pytest.raises(OutputLockedError, match=re.escape(
                 f"cannot read the data in {data_dir}: ") + ".* is writing there"):
             problem.check_data(data_dir)

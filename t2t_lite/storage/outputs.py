@@ -1,0 +1,137 @@
+"""One way for a program to open what it writes: check, prepare, lock, write, report.
+
+Every program names its outputs by their flags and opens them here, in the same order:
+
+    output = Output.folder(output_dir, "output_dir", purpose="train in --output_dir=O")
+    output.check()          # in seconds, before slow work: reachable, not held, right kind
+    ...                     # the program reads and checks its inputs
+    with opened(output):    # folders made, the lock taken, a full disk named by the flag
+        ...                 # the program writes, each file atomically (atomic_files)
+
+`opened` creates the missing folders and refuses a path of the wrong kind or one that cannot
+be written (output_paths), takes the output's lock (output_lock: one writer per output), and
+turns a full disk met inside the block into one StorageError naming the first output's flag
+(storage_errors). When the block raises, the locks are released and then the folders it made
+are removed if they are empty, so that a failed run leaves nothing a rerun trips over.
+
+Three forms of output cover the programs:
+- `Output.folder`: a folder the program writes files in (the trainer's --output_dir,
+  datagen's --data_dir and --tmp_dir, the averager's --out, the decoder's --attention_dir),
+  locked through a file inside it;
+- `Output.file`: one file written whole (the decoder's --decode_to_file), locked beside it;
+- `Output.whole_folder`: a folder written whole under a temporary name and renamed into place
+  (the exporter's --export_dir), locked beside it, since the folder must not exist until it
+  is complete.
+"""
+import contextlib
+import dataclasses
+
+import tensorflow as tf
+
+from t2t_lite.errors import FlagError
+from t2t_lite.storage import atomic_files, output_paths
+from t2t_lite.storage.output_lock import LOCK_NAME, OutputLock
+from t2t_lite.storage.storage_errors import reported_full_storage
+
+FOLDER, FILE, WHOLE_FOLDER = "folder", "file", "whole folder"
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A path a program writes, named by its flag (`--flag=path`).
+
+    Args:
+        path: the file or folder written.
+        flag: the flag's name, without dashes, for the errors.
+        form: FOLDER, FILE or WHOLE_FOLDER (see the module's docstring).
+        lock_path: the lock file that keeps a second writer out; None for no lock.
+        purpose: what the program does with it, completing a refusal's "cannot ...".
+    """
+    path: str
+    flag: str
+    form: str
+    lock_path: str = None
+    purpose: str = None
+
+    @classmethod
+    def folder(cls, path: str, flag: str, lock_name: str = LOCK_NAME, purpose: str = None,
+               lock_folder: str = None) -> "Output":
+        """A folder written in, locked through `lock_name` in it (or in `lock_folder`); no lock
+        for lock_name None."""
+        lock = tf.io.gfile.join(lock_folder or path, lock_name) if lock_name else None
+        return cls(path, flag, FOLDER, lock, purpose)
+
+    @classmethod
+    def file(cls, path: str, flag: str, purpose: str = None) -> "Output":
+        """A file written whole, locked through `.NAME.lock` beside it."""
+        return cls(path, flag, FILE, atomic_files.hidden_sibling(path, ".lock"), purpose)
+
+    @classmethod
+    def whole_folder(cls, path: str, flag: str, purpose: str = None) -> "Output":
+        """A folder written whole, locked through `.NAME.lock` beside it."""
+        path = path.rstrip("/") or path
+        return cls(path, flag, WHOLE_FOLDER, atomic_files.hidden_sibling(path, ".lock"),
+                   purpose)
+
+    @property
+    def named(self) -> str:
+        return f"--{self.flag}={self.path}"
+
+    def lock(self):
+        """The output's OutputLock, or None when it has no lock."""
+        if self.lock_path is None:
+            return None
+        return OutputLock(self.lock_path, self.purpose or f"write {self.named}")
+
+    def check(self):
+        """Refuses the output now, writing nothing: StorageError when its storage cannot be
+        reached, FlagError when the path is of the wrong kind (a file where a folder goes, or
+        the reverse), OutputLockedError when a running program holds its lock. A program
+        calls it before its slow checks and work, so that a mistake costs seconds."""
+        output_paths.check_reachable(self._folder(), self.named)
+        self._check_form()
+        lock = self.lock()
+        if lock is not None:
+            lock.refuse_if_held()
+
+    def _folder(self) -> str:
+        """The folder that must exist for the output to be written: the output itself for a
+        FOLDER, the one it is in otherwise."""
+        return self.path if self.form == FOLDER else output_paths.parent_folder(self.path)
+
+    def _check_form(self):
+        gfile = tf.io.gfile
+        if self.form == FOLDER and gfile.exists(self.path) and not gfile.isdir(self.path):
+            raise FlagError(f"{self.named} is a file, not a folder: choose a folder")
+        if self.form == FILE and gfile.isdir(self.path):
+            raise FlagError(f"{self.named} is a folder: give a file name")
+        if self.form == WHOLE_FOLDER and gfile.exists(self.path) and not gfile.isdir(self.path):
+            raise FlagError(f"{self.named} is a file: give the name of a folder to write")
+
+    def prepare(self) -> list:
+        """Creates the missing folders the output needs and returns them, deepest first;
+        FlagError or StorageError naming the flag when the path cannot be written."""
+        self._check_form()
+        if self.form == FOLDER:
+            return output_paths.prepare_output_folder(self.path, self.flag)
+        return output_paths.prepare_parent_folder(self.path, self.flag)
+
+
+@contextlib.contextmanager
+def opened(*outputs: Output, name_full_disk: bool = True):
+    """Prepares each output (Output.prepare) and takes its lock for the block, and yields the
+    output (the tuple of them for several). With `name_full_disk`, a full disk in the block is
+    a StorageError naming the first output's flag (without, the program names each write's own
+    flag). When the block raises, the locks are released, then the folders made for the
+    outputs removed if empty."""
+    with contextlib.ExitStack() as stack:
+        for output in outputs:
+            created = output.prepare()
+            stack.enter_context(output_paths.removed_on_failure(created))
+        for output in outputs:
+            lock = output.lock()
+            if lock is not None:
+                stack.enter_context(lock)
+        if outputs and name_full_disk:
+            stack.enter_context(reported_full_storage(outputs[0].path, outputs[0].flag))
+        yield outputs[0] if len(outputs) == 1 else outputs
