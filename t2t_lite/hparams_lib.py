@@ -175,10 +175,14 @@ class _Checker:
 
 def _check_sublayer_sequence(name: str, sequence: str):
     """HParamsError naming `name` unless `sequence` (layer_preprocess_sequence or
-    layer_postprocess_sequence) is "none" or letters of SUBLAYER_OPERATIONS."""
+    layer_postprocess_sequence) is "none" or letters of SUBLAYER_OPERATIONS, without "a" before
+    the sublayer (t2t's layer_preprocess has no residual to add: SublayerConnection's rule)."""
     if sequence != "none" and (not sequence or set(sequence) - set(SUBLAYER_OPERATIONS)):
         raise HParamsError(f"{name}={sequence!r}: use 'none' or letters of "
                            f"{SUBLAYER_OPERATIONS!r} (n: norm, d: dropout, a: add)")
+    if name == "layer_preprocess_sequence" and "a" in sequence:
+        raise HParamsError(f"{name}={sequence!r}: 'a' adds the residual, which exists only "
+                           f"after the sublayer: put it in layer_postprocess_sequence")
 
 
 def _expected(field_type) -> str:

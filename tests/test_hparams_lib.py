@@ -41,6 +41,7 @@ def test_mistyped_override_names_the_key_and_the_expected_type(override, expecte
     ("num_heads=7", "not divisible"),
     ("layer_postprocess_sequence=dx", "layer_postprocess_sequence"),
     ("layer_preprocess_sequence=", "layer_preprocess_sequence='': use 'none' or letters"),
+    ("layer_preprocess_sequence=na", "'na': 'a' adds the residual, which exists only after"),
     ("timing_signal=rotary", "timing_signal"),
     ("length_bucketing=both", "length_bucketing=.both.: expected one of"),
     ("learning_rate_schedule=constant*cosine", "unknown factor 'cosine'"),

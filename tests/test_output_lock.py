@@ -76,3 +76,39 @@ def test_the_lock_works_on_tensorflows_in_memory_file_system():
         with pytest.raises(OutputLockedError):
             OutputLock.of_folder(folder).acquire()
     assert not tf.io.gfile.exists(f"{folder}/{output_lock.LOCK_NAME}")
+
+
+def test_a_reused_pid_of_another_user_does_not_keep_a_lock(tmp_path, monkeypatch, caplog):
+    """The pid now belongs to another user's process (kill answers PermissionError, as it does
+    to a program that is not root): its start time, readable by all, tells it is not the
+    holder."""
+    if output_lock._process_start_ticks(1) is None:
+        pytest.skip("no /proc on this system")
+    holder = OutputLock.of_folder(str(tmp_path)).holder | {
+        "pid": 1, "start_ticks": output_lock._process_start_ticks(1) + 1, "token": "old"}
+    (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(holder))
+
+    def kill(pid, number):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(output_lock.os, "kill", kill)
+    with caplog.at_level(logging.WARNING), OutputLock.of_folder(str(tmp_path)) as taken:
+        held = json.loads((tmp_path / output_lock.LOCK_NAME).read_text())
+        assert held == taken.holder and held["token"] != "old"
+    assert "pid 1 now belongs to another process" in caplog.text
+
+
+def test_a_live_process_of_another_user_keeps_its_lock(tmp_path, monkeypatch):
+    """The same pid and start time, as another user: the holder runs, and the lock holds."""
+    if output_lock._process_start_ticks(1) is None:
+        pytest.skip("no /proc on this system")
+    holder = OutputLock.of_folder(str(tmp_path)).holder | {
+        "pid": 1, "start_ticks": output_lock._process_start_ticks(1), "token": "other"}
+    (tmp_path / output_lock.LOCK_NAME).write_text(json.dumps(holder))
+
+    def kill(pid, number):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(output_lock.os, "kill", kill)
+    with pytest.raises(OutputLockedError, match="pid 1"):
+        OutputLock.of_folder(str(tmp_path)).acquire()

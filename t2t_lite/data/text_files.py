@@ -5,6 +5,7 @@ import itertools
 import os
 import shutil
 import urllib.request
+import zlib
 
 import tensorflow as tf
 from absl import logging
@@ -60,6 +61,10 @@ def read_lines(path: str, invalid_utf8: str = "error"):
             yield from decode_lines(raw_lines, path, invalid_utf8)
     except (OSError, tf.errors.OpError) as error:  # a folder, no permission, not gzip, ...
         raise DataError(f"cannot read {path}: {error}") from None
+    except (EOFError, zlib.error) as error:  # gzip's own errors for a cut or damaged stream
+        raise DataError(f"cannot read {path}: its gzip data is cut short or damaged ({error}); "
+                        f"a download that was interrupted? Delete it, and datagen fetches it "
+                        f"again (or put a complete copy there)") from None
 
 
 def decode_lines(raw_lines, name: str, invalid_utf8: str = "error"):

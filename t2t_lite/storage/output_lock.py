@@ -66,8 +66,8 @@ def _why_not_running(holder: dict):
         os.kill(pid, 0)
     except ProcessLookupError:
         return f"no process has pid {pid} now"
-    except PermissionError:  # it runs, as another user
-        return None
+    except PermissionError:  # a process of another user has the pid: the holder, or a reuse
+        pass
     started, now = holder.get("start_ticks"), _process_start_ticks(pid)
     if started is None or now in (None, started):
         return None
