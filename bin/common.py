@@ -64,8 +64,9 @@ def define_model_flags():
     flags.DEFINE_string("model", "transformer", "Registered model name.")
     flags.DEFINE_string("hparams_set", None, "Registered hparams set, e.g. transformer_base.")
     flags.DEFINE_string("hparams", "", 'Overrides, e.g. "num_hidden_layers=2,batch_size=1024"; '
-                        'for the decoder and exporter, over the hparams.json of --output_dir '
-                        '(mixed_precision=bfloat16 decodes or exports in bfloat16).')
+                        'for the decoder and exporter, only mixed_precision over the hparams.json of '
+                        '--output_dir (mixed_precision=bfloat16 decodes or exports in '
+                        'bfloat16); an override of the model\'s shape is refused.')
     flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
 
 
@@ -118,24 +119,84 @@ def check_inputs_reachable(*names: str):
             output_paths.check_reachable(path, f"--{name}={path}")
 
 
+# What decoding or exporting a trained model may take other than its hparams.json records:
+# the dtype it computes in (its float32 weights are cast once when loaded).
+INFERENCE_SETTINGS = frozenset({"mixed_precision"})
+# What only training reads (the optimiser, its schedule, dropout, the loss, the batches and
+# the initializer, whose values the checkpoint replaces): ignored beside a record.
+TRAINING_ONLY = frozenset({
+    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
+    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
+    "optimizer_multistep_accumulate_steps", "layer_prepostprocess_dropout", "attention_dropout",
+    "relu_dropout", "label_smoothing", "output_layer_chunk_rows", "initializer_gain",
+    "batch_size", "max_length", "min_length_bucket", "length_bucket_step", "length_bucketing"})
+
+
 def trained_run_from_flags(run_dir: str = None):
     """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
-    folder with the hparams.json of an exported model): from the flags when given, else from
-    the hparams.json the trainer wrote there."""
-    from t2t_lite.storage.run_description import saved_run
-    run = saved_run(run_dir or FLAGS.output_dir)
+    folder with the hparams.json of an exported model): from the hparams.json the trainer
+    wrote there, with what --hparams_set and --hparams may change for inference
+    (`inference_hparams`); from the flags alone when there is none (t2t-decoder took them
+    from the flags only)."""
+    from t2t_lite.storage.run_description import description_path, saved_run
+    run_dir = run_dir or FLAGS.output_dir
+    run = saved_run(run_dir)
     problem = FLAGS.problem or run.get("problem")
     if not problem:
         raise FlagError("--problem is required (no hparams.json in --output_dir)")
-    if FLAGS.hparams_set:
-        hparams = hparams_from_flags()
-    else:
-        hparams = run.get("hparams")
-        if hparams is None:
+    recorded = run.get("hparams")
+    if recorded is None:
+        if not FLAGS.hparams_set:
             raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
-        if FLAGS.hparams:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
-            hparams = hparams.override_from_string(FLAGS.hparams)
+        return problem, FLAGS.model, hparams_from_flags()
+    if FLAGS.hparams_set:
+        requested = hparams_from_flags()
+    else:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
+        requested = recorded.override_from_string(FLAGS.hparams) if FLAGS.hparams else recorded
+    hparams = inference_hparams(recorded, requested, description_path(run_dir),
+                                _hparams_flags_given())
     return problem, run.get("model", FLAGS.model), hparams
+
+
+def _hparams_flags_given() -> str:
+    """How the hparams flags given read on the command line, for messages."""
+    given = [f"--{name}={FLAGS[name].value}" for name in ("hparams_set", "hparams")
+             if FLAGS[name].value]
+    return " ".join(given)
+
+
+def inference_hparams(recorded, requested, path: str, given: str):
+    """The hparams to decode or export the model recorded in `path` (its hparams `recorded`)
+    with, when the flags `given` ask for `requested`: the record, with requested
+    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A TRAINING_ONLY difference is ignored with a warning; any other (the model's
+    shape or computation: num_hidden_layers, hidden_size, the norms, the timing signal ...)
+    is a FlagError naming each hparam, the recorded and the requested value, and `path`:
+    a checkpoint restores into a model of another shape by dropping or missing weights
+    without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
+    for name in ("mixed_precision", "length_bucketing"):  # "auto": the trainer's choice
+        if getattr(requested, name) == "auto":
+            requested = requested.replace(**{name: getattr(recorded, name)})
+    before, after = recorded.to_dict(), requested.to_dict()
+    changed = {name: (before[name], after[name]) for name in before
+               if before[name] != after[name]}
+    refused = {name: values for name, values in changed.items()
+               if name not in INFERENCE_SETTINGS | TRAINING_ONLY}
+    if refused:
+        raise FlagError(
+            f"{given} changes the trained model: {_listed(refused, path)}. A trained model is "
+            f"decoded and exported as it was trained (only mixed_precision may change): drop "
+            f"{'them' if len(refused) > 1 else 'it'} from the flags")
+    ignored = {name: values for name, values in changed.items() if name in TRAINING_ONLY}
+    if ignored:
+        logging.warning("%s: ignored, only training reads them: %s", given,
+                        _listed(ignored, path))
+    return recorded.replace(**{name: after[name] for name in changed
+                               if name in INFERENCE_SETTINGS})
+
+
+def _listed(changes: dict, path: str) -> str:
+    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
+                     for name, (before, after) in changes.items())
 
 
 def refuse_decode_hparams(names, reason: str):

@@ -146,15 +146,61 @@ def test_an_input_that_cannot_be_reached_is_one_error_naming_the_flag(tmp_path, 
 
 def test_a_checkpoint_from_other_hparams_is_named_and_leaves_no_output_folder(
         data_dir, trained_dir, tmp_path):
-    """The output folders are made before the checkpoint is read; a failure removes them."""
-    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+    """The output folders are made before the checkpoint is read; a failure removes them.
+    Without an hparams.json the flags alone give the hparams."""
+    unrecorded = tmp_path / "unrecorded"
+    shutil.copytree(trained_dir, unrecorded, ignore=shutil.ignore_patterns("hparams.json"))
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={unrecorded}",
                     "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
                     f"--hparams={SMALL.replace('filter_size=64', 'filter_size=48')}",
                     "--decode_from_file=/dev/null",
-                    f"--decode_to_file={tmp_path}/decoded/deep/out.txt",
-                    f"--attention_dir={tmp_path}/pictures")
+                    f"--decode_to_file={outputs}/decoded/deep/out.txt",
+                    f"--attention_dir={outputs}/pictures")
     assert code == 2 and "feed_forward/filter/kernel" in out and "shape" in out, out
+    assert os.listdir(outputs) == []
+
+
+def test_an_override_of_the_trained_models_shape_is_refused_naming_both_values(
+        data_dir, trained_dir, tmp_path):
+    """hparams.json gives a trained model's shape: --hparams (decoder) or --hparams_set
+    (exporter) that would change it are refused before anything is written, naming the
+    hparam, the recorded and the requested value and the hparams.json; a checkpoint restored
+    into fewer layers would drop the others' weights without a word."""
+    recorded = f"{trained_dir}/hparams.json"
+    decoded = tmp_path / "out.txt"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    "--hparams=num_hidden_layers=2,mixed_precision=float32",
+                    "--decode_from_file=/dev/null", f"--decode_to_file={decoded}")
+    assert code == 2 and error_lines(out) == [
+        "error: --hparams=num_hidden_layers=2,mixed_precision=float32 changes the trained "
+        f"model: num_hidden_layers: 1 in {recorded}, 2 requested. A trained model is decoded "
+        "and exported as it was trained (only mixed_precision may change): drop it from the "
+        "flags"], out
+    code, out = run("exporter", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    "--hparams_set=transformer_tiny", f"--export_dir={tmp_path}/export/1")
+    errors = error_lines(out)
+    assert code == 2 and len(errors) == 1, out
+    assert errors[0].startswith("error: --hparams_set=transformer_tiny changes the trained "
+                                f"model: hidden_size: 32 in {recorded}, 128 requested; "), out
     assert os.listdir(tmp_path) == []
+
+
+def test_inference_takes_the_record_with_its_own_precision():
+    """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
+    training reads is ignored: the hparams are the record's."""
+    from t2t_lite import registry
+    from t2t_lite.bin.common import inference_hparams
+    recorded = registry.hparams("transformer_tiny").override_from_string(
+        "mixed_precision=bfloat16,length_bucketing=each,learning_rate_constant=1.0")
+    requested = recorded.override_from_string(
+        "mixed_precision=float32,batch_size=64,relu_dropout=0.3,length_bucketing=auto")
+    assert inference_hparams(recorded, requested, "O/hparams.json", "--hparams=...") == \
+        recorded.replace(mixed_precision="float32")
+    as_trained = registry.hparams("transformer_tiny")  # mixed_precision="auto"
+    assert inference_hparams(recorded, as_trained, "O/hparams.json", "--hparams_set=...") == \
+        recorded
 
 
 def test_a_checkpoint_path_that_does_not_exist_lists_those_that_do(data_dir, trained_dir):
