@@ -283,13 +283,21 @@ def score(hypotheses: list, references: list) -> dict:
             "bleu_signature": str(bleu.get_signature()), "bleu_text": str(result)}
 
 
-def read_sentences(path: str) -> list:
+def read_sentences(path: str, flag: str = None) -> list:
     """The lines of a UTF-8 file (through tf.io.gfile; or stdin for None), without their line
     ends. A line that is not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning
-    names it: every input line gets its output line."""
+    names it: every input line gets its output line. A folder, a missing file or one that
+    cannot be read is a DataError, naming `flag` when given (the flag that names `path`); a
+    folder would read as no lines."""
     if path is None:
         return list(text_files.decode_lines(sys.stdin.buffer, "stdin", invalid_utf8="replace"))
-    return list(text_files.read_lines(path, invalid_utf8="replace"))
+    named = f"--{flag}={path}" if flag else path
+    if tf.io.gfile.isdir(path):
+        raise DataError(f"{named} is a folder: give a file of sentences, one a line")
+    try:
+        return list(text_files.read_lines(path, invalid_utf8="replace"))
+    except DataError as error:
+        raise DataError(f"--{flag}: {error}" if flag else str(error)) from None
 
 
 def write_lines(path: str, lines: list):
@@ -423,10 +431,10 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     standing for output_dir's; attention pictures need the model itself."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    lines = read_sentences(decode_from)
+    lines = read_sentences(decode_from, "decode_from_file")
     if thread_pools is not None:
         size_thread_pools(translator_hparams, len(lines), *thread_pools)
-    references = None if reference is None else read_sentences(reference)
+    references = None if reference is None else read_sentences(reference, "score_reference")
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")

@@ -111,7 +111,24 @@ def test_decode_to_file_in_a_new_folder_is_created_and_a_bad_one_refused_first(
     assert code == 2 and "error: --decode_to_file=" in out and "is a file" in out, out
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
                     f"--decode_from_file={tmp_path / 'missing.txt'}")
-    assert code == 2 and f"error: missing file {tmp_path / 'missing.txt'}" in out, out
+    assert code == 2 and error_lines(out) == [
+        f"error: --decode_from_file: missing file {tmp_path / 'missing.txt'}"], out
+
+
+@pytest.mark.parametrize("flag", ["decode_from_file", "score_reference"])
+def test_an_input_file_that_is_a_folder_is_refused_naming_the_flag(data_dir, trained_dir,
+                                                                   tmp_path, flag):
+    """A folder reads as no lines: the decoder ended with status 0 and an empty output."""
+    source = tmp_path / "source.txt"
+    source.write_text("3 7 1\n")
+    inputs = {"decode_from_file": source, "score_reference": source, flag: tmp_path}
+    decoded = tmp_path / "out.txt"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    *[f"--{name}={path}" for name, path in inputs.items()],
+                    f"--decode_to_file={decoded}")
+    assert code == 2 and error_lines(out) == [
+        f"error: --{flag}={tmp_path} is a folder: give a file of sentences, one a line"], out
+    assert sorted(os.listdir(tmp_path)) == ["source.txt"]
 
 
 # A file system TensorFlow has none for: refused at once, without a network (a gs:// bucket
