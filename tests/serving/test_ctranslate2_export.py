@@ -83,6 +83,30 @@ def test_token_log_probabilities_equal_the_models(overrides, tmp_path):
         np.testing.assert_allclose(result.log_probs, expected, atol=1e-4)
 
 
+def test_a_bfloat16_folder_is_written_without_torch_and_scores_as_the_float32_one(tmp_path):
+    """CTranslate2's converter casts to bfloat16 through torch, which the extra does not
+    install; the exporter casts with NumPy's bfloat16 type instead. The weights are stored
+    in half the bytes, and the folder's token log probabilities are the float32 folder's up
+    to bfloat16's rounding."""
+    vocabulary = SymbolVocabulary(20)
+    model = random_model(TINY, vocabulary.vocab_size)
+    encoders = {"inputs": vocabulary, "targets": vocabulary}
+    folders = {quantization: str(tmp_path / quantization)
+               for quantization in ("float32", "bfloat16")}
+    for quantization, folder in folders.items():
+        ctranslate2_export.write_folder(model, encoders, folder, quantization)
+    sizes = {quantization: os.path.getsize(os.path.join(folder, "model.bin"))
+             for quantization, folder in folders.items()}
+    assert sizes["bfloat16"] < 0.6 * sizes["float32"], sizes
+    tokens = vocabulary.tokens
+    source, target = [[tokens[i] for i in (3, 9, 4, 7)]], [[tokens[i] for i in (5, 2, 8)]]
+    scored = {quantization: ctranslate2.Translator(folder).score_batch(source, target)[0]
+              for quantization, folder in folders.items()}
+    np.testing.assert_allclose(scored["bfloat16"].log_probs, scored["float32"].log_probs,
+                               atol=0.1)
+    assert scored["bfloat16"].log_probs != scored["float32"].log_probs  # rounded weights
+
+
 def test_settings_ctranslate2_has_no_layout_for_are_refused_before_writing(tmp_path):
     hparams = registry.hparams("transformer_tiny").override_from_string(
         "layer_preprocess_sequence=n,layer_postprocess_sequence=dan")
