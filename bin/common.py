@@ -64,9 +64,9 @@ def define_model_flags():
     flags.DEFINE_string("model", "transformer", "Registered model name.")
     flags.DEFINE_string("hparams_set", None, "Registered hparams set, e.g. transformer_base.")
     flags.DEFINE_string("hparams", "", 'Overrides, e.g. "num_hidden_layers=2,batch_size=1024"; '
-                        'for the decoder and exporter, only mixed_precision over the hparams.json of '
-                        '--output_dir (mixed_precision=bfloat16 decodes or exports in '
-                        'bfloat16); an override of the model\'s shape is refused.')
+                        'for the decoder and exporter, only mixed_precision over the '
+                        'hparams.json of --output_dir (mixed_precision=bfloat16 decodes or '
+                        'exports in bfloat16); an override of the model\'s shape is refused.')
     flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
 
 
@@ -168,10 +168,11 @@ def _hparams_flags_given() -> str:
 def inference_hparams(recorded, requested, path: str, given: str):
     """The hparams to decode or export the model recorded in `path` (its hparams `recorded`)
     with, when the flags `given` ask for `requested`: the record, with requested
-    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A TRAINING_ONLY difference is ignored with a warning; any other (the model's
-    shape or computation: num_hidden_layers, hidden_size, the norms, the timing signal ...)
-    is a FlagError naming each hparam, the recorded and the requested value, and `path`:
-    a checkpoint restores into a model of another shape by dropping or missing weights
+    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A
+    TRAINING_ONLY difference is ignored with a warning; any other (the model's shape or
+    computation: num_hidden_layers, hidden_size, the norms, the timing signal ...) is a
+    FlagError naming each hparam, the recorded and the requested value, and `path`: a
+    checkpoint restores into a model of another shape by dropping or missing weights
     without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
     for name in ("mixed_precision", "length_bucketing"):  # "auto": the trainer's choice
         if getattr(requested, name) == "auto":

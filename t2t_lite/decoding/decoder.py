@@ -97,8 +97,8 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
     to the settings that have it; an unknown name or a bad value is an HParamsError naming
-    --decode_hparams (an unknown name listing the names of both), and so is a beam_size or batch_size below 1 or a negative
-    parallel_batches or stop_after_finished."""
+    --decode_hparams (an unknown name listing the names of both), and so is a beam_size or
+    batch_size below 1 or a negative parallel_batches or stop_after_finished."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
