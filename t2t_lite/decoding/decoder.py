@@ -321,7 +321,7 @@ def write_lines(path: str, lines: list):
 class TranslationsFile:
     """Where the decoder writes its translations, as they are done: `write` appends lines
     (in input order) and flushes them. A file is written under atomic_files' temporary name
-    (`.OUT.incomplete`) and renamed to its own when the block ends without error, so a file
+    (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to its own when the block ends without error, so a file
     at OUT is always whole and an earlier OUT stays until then (t2t, and t2t_lite before,
     wrote OUT once every line was decoded). When a write fails or the block raises, the
     temporary is removed and the lines written before are kept in OUT.partial (`partial_path`)
@@ -342,15 +342,21 @@ class TranslationsFile:
     def __enter__(self):
         if self.path is not None:
             self._temporary = atomic_files.temporary_path(self.path)
-            self._handle = tf.io.gfile.GFile(self._temporary, "w")
-            try:
-                self._handle.write("")  # GFile creates the file at its first write
-            except (OSError, tf.errors.OpError) as error:
-                raise self._write_error(error, "No translation was written") from error
         return self
+
+    def _open(self):
+        """Creates the temporary at the first lines to write (or at the end, for none): a
+        run that dies before (out of memory, in native code) leaves no file."""
+        self._handle = tf.io.gfile.GFile(self._temporary, "w")
+        try:
+            self._handle.write("")  # GFile creates the file at its first write
+        except (OSError, tf.errors.OpError) as error:
+            raise self._write_error(error, "No translation was written") from error
 
     def write(self, lines: list):
         text = "".join(line + "\n" for line in lines)
+        if self.path is not None and self._handle is None:
+            self._open()
         if self._handle is None:
             with reported_full_storage("stdout"):
                 sys.stdout.write(text)
@@ -361,9 +367,11 @@ class TranslationsFile:
         self.written += lines
 
     def __exit__(self, kind, error, traceback):
-        if self._handle is None:
+        if self.path is None:
             return False
         if error is None:
+            if self._handle is None:
+                self._open()  # no lines: an empty file
             try:
                 self._handle.close()
                 tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
@@ -372,7 +380,8 @@ class TranslationsFile:
             atomic_files.remove_if_exists(self.partial_path(self.path))
             return False
         try:
-            self._handle.close()
+            if self._handle is not None:
+                self._handle.close()
         except (OSError, tf.errors.OpError):
             pass  # the failed write's error again, or the interrupted one's
         kept = self._keep_partial()

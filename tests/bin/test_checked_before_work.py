@@ -220,6 +220,42 @@ def test_inference_takes_the_record_with_its_own_precision():
         recorded
 
 
+def test_an_address_space_limit_below_tensorflows_is_one_error_before_it_loads(data_dir,
+                                                                              tmp_path):
+    """Under ulimit -v of 1 GiB TensorFlow cannot even load (ImportError, or a native abort
+    with no word of memory at a little more): refused at the start, naming the limit."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, resource.RLIM_INFINITY))
+
+    result = run_program("decoder", f"--data_dir={data_dir}", "--output_dir=O",
+                         "--decode_from_file=/dev/null", "--decode_to_file=out.txt",
+                         cwd=tmp_path, preexec_fn=limit)
+    assert result.returncode == 2 and error_lines(result.stderr) == [
+        "error: the address space is limited to 1,024 MB (ulimit -v) and TensorFlow takes "
+        "about 1,536 MB of it to start, before any work: raise the limit (ulimit -v "
+        "unlimited)"], result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_memory_errors_are_told_from_others():
+    """What `memory_errors_reported` turns into one line; a full disk stays a storage error
+    and a bug keeps its traceback."""
+    import tensorflow as tf
+    from t2t_lite.bin.common import is_out_of_memory
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(RuntimeError("can't start new thread"))
+    assert is_out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, "OOM when allocating tensor with shape[32,4,512]"))
+    assert is_out_of_memory(tf.errors.AbortedError(None, None, "Operation received an "
+                                                   "exception: std::bad_alloc"))
+    assert not is_out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, "out.txt; No space left on device"))
+    assert not is_out_of_memory(RuntimeError("dictionary changed size during iteration"))
+    assert not is_out_of_memory(ValueError("OOM"))
+
+
 def test_a_checkpoint_path_that_does_not_exist_lists_those_that_do(data_dir, trained_dir):
     wrong = f"{trained_dir}/model.ckpt-7"
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
