@@ -1,8 +1,8 @@
 """storage.outputs, the one way a program opens what it writes: a path of the wrong kind or
 one that cannot be written is one error naming the flag before any work, a second writer of
 the same output is refused, and a failure leaves no folder the program made. Each program
-goes through it: datagen (--data_dir, --tmp_dir), the decoder (--decode_to_file), the
-exporter (--export_dir)."""
+goes through it: datagen (--data_dir, --tmp_dir) and the decoder (--decode_to_file) here,
+the exporter's --export_dir in tests/serving/test_export.py."""
 import contextlib
 import gzip
 import os
@@ -127,13 +127,3 @@ def test_two_decoders_never_write_one_file(trained_dir, data_dir, tmp_path):
     assert output.read_text() == "the first decoder's\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
 
-
-def test_an_export_dir_that_is_a_file_is_one_error_line(trained_dir, data_dir, tmp_path):
-    export_dir = tmp_path / "serving"
-    export_dir.write_text("a file")
-    code, out = run("exporter", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
-                    f"--export_dir={export_dir}")
-    assert code == 2 and error_lines(out) == [
-        f"error: --export_dir={export_dir} is a file: give the name of a folder to write"], out
-    assert export_dir.read_text() == "a file"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving"]

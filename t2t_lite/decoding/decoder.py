@@ -28,7 +28,7 @@ from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files, output_paths, outputs
 from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.data import text_files
-from t2t_lite.errors import DataError
+from t2t_lite.errors import DataError, unknown_name_message
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.ctranslate2_translator import CTranslate2Search
 from t2t_lite.decoding.search import SearchHParams, search
@@ -96,14 +96,23 @@ DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
 def parse_decode_hparams(overrides: str = "") -> tuple:
     """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
-    to the settings that have it; an unknown name or a bad value is an HParamsError that lists
-    the names of both, and so is a beam_size or batch_size below 1 or a negative
-    parallel_batches or stop_after_finished."""
+    to the settings that have it; an unknown name or a bad value is an HParamsError naming
+    --decode_hparams (an unknown name listing the names of both), and so is a beam_size or
+    batch_size below 1 or a negative parallel_batches or stop_after_finished."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
-    values = parse_overrides(overrides, every_name())
+    names = [field.name for field in dataclasses.fields(every_name)]
+    for item in filter(None, (part.strip() for part in overrides.split(","))):
+        name = item.split("=", 1)[0].strip()
+        if "=" in item and name not in names:
+            raise HParamsError("--decode_hparams: " + unknown_name_message(
+                "decode hparam", name, names, "Known decode hparams"))
+    try:
+        values = parse_overrides(overrides, every_name())
+    except HParamsError as error:  # "hparams override x='y': expected int", ...
+        raise HParamsError(f"--decode_hparams: {error}") from None
     for name, least in (("beam_size", 1), ("batch_size", 1), ("parallel_batches", 0),
                         ("stop_after_finished", 0)):
         if name in values and values[name] < least:
@@ -283,13 +292,21 @@ def score(hypotheses: list, references: list) -> dict:
             "bleu_signature": str(bleu.get_signature()), "bleu_text": str(result)}
 
 
-def read_sentences(path: str) -> list:
+def read_sentences(path: str, flag: str = None) -> list:
     """The lines of a UTF-8 file (through tf.io.gfile; or stdin for None), without their line
     ends. A line that is not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning
-    names it: every input line gets its output line."""
+    names it: every input line gets its output line. A folder, a missing file or one that
+    cannot be read is a DataError, naming `flag` when given (the flag that names `path`); a
+    folder would read as no lines."""
     if path is None:
         return list(text_files.decode_lines(sys.stdin.buffer, "stdin", invalid_utf8="replace"))
-    return list(text_files.read_lines(path, invalid_utf8="replace"))
+    named = f"--{flag}={path}" if flag else path
+    if tf.io.gfile.isdir(path):
+        raise DataError(f"{named} is a folder: give a file of sentences, one a line")
+    try:
+        return list(text_files.read_lines(path, invalid_utf8="replace"))
+    except DataError as error:
+        raise DataError(f"--{flag}: {error}" if flag else str(error)) from None
 
 
 def write_lines(path: str, lines: list):
@@ -304,8 +321,8 @@ def write_lines(path: str, lines: list):
 class TranslationsFile:
     """Where the decoder writes its translations, as they are done: `write` appends lines
     (in input order) and flushes them. A file is written under atomic_files' temporary name
-    (`.OUT.incomplete`) and renamed to its own when the block ends without error, so a file
-    at OUT is always whole and an earlier OUT stays until then (t2t, and t2t_lite before,
+    (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to
+    its own when the block ends without error, so a file at OUT is always whole and an earlier OUT stays until then (t2t, and t2t_lite before,
     wrote OUT once every line was decoded). When a write fails or the block raises, the
     temporary is removed and the lines written before are kept in OUT.partial (`partial_path`)
     instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
@@ -325,15 +342,21 @@ class TranslationsFile:
     def __enter__(self):
         if self.path is not None:
             self._temporary = atomic_files.temporary_path(self.path)
-            self._handle = tf.io.gfile.GFile(self._temporary, "w")
-            try:
-                self._handle.write("")  # GFile creates the file at its first write
-            except (OSError, tf.errors.OpError) as error:
-                raise self._write_error(error, "No translation was written") from error
         return self
+
+    def _open(self):
+        """Creates the temporary at the first lines to write (or at the end, for none): a
+        run that dies before (out of memory, in native code) leaves no file."""
+        self._handle = tf.io.gfile.GFile(self._temporary, "w")
+        try:
+            self._handle.write("")  # GFile creates the file at its first write
+        except (OSError, tf.errors.OpError) as error:
+            raise self._write_error(error, "No translation was written") from error
 
     def write(self, lines: list):
         text = "".join(line + "\n" for line in lines)
+        if self.path is not None and self._handle is None:
+            self._open()
         if self._handle is None:
             with reported_full_storage("stdout"):
                 sys.stdout.write(text)
@@ -344,9 +367,11 @@ class TranslationsFile:
         self.written += lines
 
     def __exit__(self, kind, error, traceback):
-        if self._handle is None:
+        if self.path is None:
             return False
         if error is None:
+            if self._handle is None:
+                self._open()  # no lines: an empty file
             try:
                 self._handle.close()
                 tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
@@ -355,7 +380,8 @@ class TranslationsFile:
             atomic_files.remove_if_exists(self.partial_path(self.path))
             return False
         try:
-            self._handle.close()
+            if self._handle is not None:
+                self._handle.close()
         except (OSError, tf.errors.OpError):
             pass  # the failed write's error again, or the interrupted one's
         kept = self._keep_partial()
@@ -423,10 +449,10 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     standing for output_dir's; attention pictures need the model itself."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    lines = read_sentences(decode_from)
+    lines = read_sentences(decode_from, "decode_from_file")
     if thread_pools is not None:
         size_thread_pools(translator_hparams, len(lines), *thread_pools)
-    references = None if reference is None else read_sentences(reference)
+    references = None if reference is None else read_sentences(reference, "score_reference")
     if references is not None and len(references) != len(lines):
         raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
                         f"{len(lines)}")

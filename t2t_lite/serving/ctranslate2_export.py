@@ -213,6 +213,8 @@ def write_folder(model, encoders: dict, export_dir: str, quantization: str,
     spec = model_spec(model, {name: vocabulary.tokens for name, vocabulary in encoders.items()},
                       encoders["inputs"].unknown_token)
     spec.validate()
+    if quantization == "bfloat16":
+        _cast_to_bfloat16(spec)
     spec.optimize(quantization=quantization)
     with reported_full_storage(export_dir, "export_dir"), \
             atomic_files.atomic_folder(export_dir) as temporary:
@@ -228,3 +230,21 @@ def write_folder(model, encoders: dict, export_dir: str, quantization: str,
         with open(os.path.join(temporary, EXPORT_RECORD), "w", encoding="utf-8") as handle:
             json.dump({**(export_record or {}), "quantization": quantization,
                        "max_positions": POSITIONS}, handle, indent=2)
+
+
+def _cast_to_bfloat16(spec):
+    """Casts every float32 weight of the validated `spec` (its values NumpyVariables) to
+    bfloat16, what optimize(quantization="bfloat16") stores, so that optimize finds them cast:
+    CTranslate2's own cast of a NumPy array to bfloat16 needs torch (NumpyVariable._to),
+    NumPy's bfloat16 type (ml_dtypes, as TensorFlow's tf.bfloat16.as_numpy_dtype) does not.
+    Scalars stay, as optimize leaves them."""
+    from ctranslate2.specs import model_spec as specs
+    bfloat16 = tf.bfloat16.as_numpy_dtype
+
+    def cast(layer, name, value):
+        if isinstance(value, specs.NumpyVariable) and value.dtype == "float32" \
+                and not value.is_scalar():
+            setattr(layer, name.split("/")[-1], specs.NumpyVariable(
+                value.numpy().astype(bfloat16)))
+
+    specs.visit_spec(spec, cast)

@@ -111,7 +111,24 @@ def test_decode_to_file_in_a_new_folder_is_created_and_a_bad_one_refused_first(
     assert code == 2 and "error: --decode_to_file=" in out and "is a file" in out, out
     code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
                     f"--decode_from_file={tmp_path / 'missing.txt'}")
-    assert code == 2 and f"error: missing file {tmp_path / 'missing.txt'}" in out, out
+    assert code == 2 and error_lines(out) == [
+        f"error: --decode_from_file: missing file {tmp_path / 'missing.txt'}"], out
+
+
+@pytest.mark.parametrize("flag", ["decode_from_file", "score_reference"])
+def test_an_input_file_that_is_a_folder_is_refused_naming_the_flag(data_dir, trained_dir,
+                                                                   tmp_path, flag):
+    """A folder reads as no lines: the decoder ended with status 0 and an empty output."""
+    source = tmp_path / "source.txt"
+    source.write_text("3 7 1\n")
+    inputs = {"decode_from_file": source, "score_reference": source, flag: tmp_path}
+    decoded = tmp_path / "out.txt"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    *[f"--{name}={path}" for name, path in inputs.items()],
+                    f"--decode_to_file={decoded}")
+    assert code == 2 and error_lines(out) == [
+        f"error: --{flag}={tmp_path} is a folder: give a file of sentences, one a line"], out
+    assert sorted(os.listdir(tmp_path)) == ["source.txt"]
 
 
 # A file system TensorFlow has none for: refused at once, without a network (a gs:// bucket
@@ -146,15 +163,97 @@ def test_an_input_that_cannot_be_reached_is_one_error_naming_the_flag(tmp_path, 
 
 def test_a_checkpoint_from_other_hparams_is_named_and_leaves_no_output_folder(
         data_dir, trained_dir, tmp_path):
-    """The output folders are made before the checkpoint is read; a failure removes them."""
-    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+    """The output folders are made before the checkpoint is read; a failure removes them.
+    Without an hparams.json the flags alone give the hparams."""
+    unrecorded = tmp_path / "unrecorded"
+    shutil.copytree(trained_dir, unrecorded, ignore=shutil.ignore_patterns("hparams.json"))
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={unrecorded}",
                     "--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
                     f"--hparams={SMALL.replace('filter_size=64', 'filter_size=48')}",
                     "--decode_from_file=/dev/null",
-                    f"--decode_to_file={tmp_path}/decoded/deep/out.txt",
-                    f"--attention_dir={tmp_path}/pictures")
+                    f"--decode_to_file={outputs}/decoded/deep/out.txt",
+                    f"--attention_dir={outputs}/pictures")
     assert code == 2 and "feed_forward/filter/kernel" in out and "shape" in out, out
+    assert os.listdir(outputs) == []
+
+
+def test_an_override_of_the_trained_models_shape_is_refused_naming_both_values(
+        data_dir, trained_dir, tmp_path):
+    """hparams.json gives a trained model's shape: --hparams (decoder) or --hparams_set
+    (exporter) that would change it are refused before anything is written, naming the
+    hparam, the recorded and the requested value and the hparams.json; a checkpoint restored
+    into fewer layers would drop the others' weights without a word."""
+    recorded = f"{trained_dir}/hparams.json"
+    decoded = tmp_path / "out.txt"
+    code, out = run("decoder", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    "--hparams=num_hidden_layers=2,mixed_precision=float32",
+                    "--decode_from_file=/dev/null", f"--decode_to_file={decoded}")
+    assert code == 2 and error_lines(out) == [
+        "error: --hparams=num_hidden_layers=2,mixed_precision=float32 changes the trained "
+        f"model: num_hidden_layers: 1 in {recorded}, 2 requested. A trained model is decoded "
+        "and exported as it was trained (only mixed_precision may change): drop it from the "
+        "flags"], out
+    code, out = run("exporter", f"--data_dir={data_dir}", f"--output_dir={trained_dir}",
+                    "--hparams_set=transformer_tiny", f"--export_dir={tmp_path}/export/1")
+    errors = error_lines(out)
+    assert code == 2 and len(errors) == 1, out
+    assert errors[0].startswith("error: --hparams_set=transformer_tiny changes the trained "
+                                f"model: hidden_size: 32 in {recorded}, 128 requested; "), out
     assert os.listdir(tmp_path) == []
+
+
+def test_inference_takes_the_record_with_its_own_precision():
+    """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
+    training reads is ignored: the hparams are the record's."""
+    from t2t_lite import registry
+    from t2t_lite.bin.common import inference_hparams
+    recorded = registry.hparams("transformer_tiny").override_from_string(
+        "mixed_precision=bfloat16,length_bucketing=each,learning_rate_constant=1.0")
+    requested = recorded.override_from_string(
+        "mixed_precision=float32,batch_size=64,relu_dropout=0.3,length_bucketing=auto")
+    assert inference_hparams(recorded, requested, "O/hparams.json", "--hparams=...") == \
+        recorded.replace(mixed_precision="float32")
+    as_trained = registry.hparams("transformer_tiny")  # mixed_precision="auto"
+    assert inference_hparams(recorded, as_trained, "O/hparams.json", "--hparams_set=...") == \
+        recorded
+
+
+def test_an_address_space_limit_below_tensorflows_is_one_error_before_it_loads(data_dir,
+                                                                              tmp_path):
+    """Under ulimit -v of 1 GiB TensorFlow cannot even load (ImportError, or a native abort
+    with no word of memory at a little more): refused at the start, naming the limit."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, resource.RLIM_INFINITY))
+
+    result = run_program("decoder", f"--data_dir={data_dir}", "--output_dir=O",
+                         "--decode_from_file=/dev/null", "--decode_to_file=out.txt",
+                         cwd=tmp_path, preexec_fn=limit)
+    assert result.returncode == 2 and error_lines(result.stderr) == [
+        "error: the address space is limited to 1,024 MB (ulimit -v) and TensorFlow takes "
+        "about 1,536 MB of it to start, before any work: raise the limit (ulimit -v "
+        "unlimited)"], result.stderr[-3000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_memory_errors_are_told_from_others():
+    """What `memory_errors_reported` turns into one line; a full disk stays a storage error
+    and a bug keeps its traceback."""
+    import tensorflow as tf
+    from t2t_lite.bin.common import is_out_of_memory
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(RuntimeError("can't start new thread"))
+    assert is_out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, "OOM when allocating tensor with shape[32,4,512]"))
+    assert is_out_of_memory(tf.errors.AbortedError(None, None, "Operation received an "
+                                                   "exception: std::bad_alloc"))
+    assert not is_out_of_memory(tf.errors.ResourceExhaustedError(
+        None, None, "out.txt; No space left on device"))
+    assert not is_out_of_memory(RuntimeError("dictionary changed size during iteration"))
+    assert not is_out_of_memory(ValueError("OOM"))
 
 
 def test_a_checkpoint_path_that_does_not_exist_lists_those_that_do(data_dir, trained_dir):

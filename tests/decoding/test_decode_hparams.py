@@ -19,17 +19,24 @@ def test_an_empty_string_is_the_defaults():
     assert parse_decode_hparams("") == (SearchHParams(), TranslatorHParams())
 
 
-def test_an_unknown_name_lists_the_names_of_both():
-    with pytest.raises(HParamsError, match=r"unknown hparam 'beam_sise'\. Did you mean "
-                                           r"'beam_size'\? Known hparams: alpha, batch_size, "
-                                           r"beam_size, extra_length, jit_compile, "
-                                           r"parallel_batches, stop_after_finished$"):
+def test_an_unknown_name_names_the_flag_and_lists_the_names_of_both():
+    with pytest.raises(HParamsError, match=r"^--decode_hparams: unknown decode hparam "
+                                           r"'beam_sise'\. Did you mean 'beam_size'\? Known "
+                                           r"decode hparams: alpha, batch_size, beam_size, "
+                                           r"extra_length, jit_compile, parallel_batches, "
+                                           r"stop_after_finished$"):
         parse_decode_hparams("beam_sise=2")
+
+
+def test_a_value_of_the_wrong_type_names_the_flag():
+    with pytest.raises(HParamsError, match=r"^--decode_hparams: .*beam_size='four': expected "
+                                           r"int$"):
+        parse_decode_hparams("beam_size=four")
 
 
 def test_the_search_without_its_cache_is_gone():
     """The library has one search, incremental: use_cache is a name like any unknown one."""
-    with pytest.raises(HParamsError, match=r"unknown hparam 'use_cache'\. Known hparams: "):
+    with pytest.raises(HParamsError, match=r"unknown decode hparam 'use_cache'\. Known "):
         parse_decode_hparams("use_cache=false")
 
 

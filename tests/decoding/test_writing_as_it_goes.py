@@ -155,3 +155,53 @@ def test_a_file_size_limit_is_one_error_line_and_the_lines_done_are_kept(untrain
     assert (folder / "decoded.txt.partial").read_text() == "".join(whole[:window])
     assert target.read_text() == "an earlier decoding\n"
     assert sorted(os.listdir(folder)) == ["decoded.txt", "decoded.txt.partial"]
+
+
+def test_the_temporary_is_created_with_the_first_lines(tmp_path):
+    """A decoder that dies before it has translated anything (memory that runs out in native
+    code, which no Python cleanup sees) leaves no temporary beside --decode_to_file."""
+    path = tmp_path / "decoded.txt"
+    with decoder.TranslationsFile(str(path), 2) as output:
+        assert os.listdir(tmp_path) == []
+        output.write(["3 7 1"])
+        assert os.listdir(tmp_path) == [".decoded.txt.incomplete"]
+        output.write(["2 2"])
+    assert path.read_text() == "3 7 1\n2 2\n"
+    assert os.listdir(tmp_path) == ["decoded.txt"]
+
+
+MEMORY_RUNS_OUT = """
+import sys
+from t2t_lite.decoding import decoder
+
+def allocate(self, rows):
+    raise MemoryError("std::bad_alloc")  # what TensorFlow's kernels raise under ulimit -v
+
+decoder.Translator._search_padded = allocate
+sys.argv = ["t2t_lite-decoder", *sys.argv[1:]]
+from t2t_lite.bin import decoder as program
+program.run()
+"""
+
+
+def test_memory_that_runs_out_while_decoding_is_one_error_line(untrained_model_dir, tmp_path):
+    """A MemoryError (or TensorFlow's OOM, or "can't start new thread") ends the decoder with
+    one line saying memory ran out and what to do, status 2, and nothing left behind."""
+    import subprocess
+    import sys
+    data_dir, output_dir = untrained_model_dir
+    source = tmp_path / "source.txt"
+    source.write_text("3 7 1\n2 2\n")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_RUNS_OUT, f"--data_dir={data_dir}",
+         f"--output_dir={output_dir}", f"--decode_from_file={source}",
+         f"--decode_to_file={folder / 'decoded.txt'}", f"--decode_hparams={DECODE}"],
+        capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    errors = error_lines(out)
+    assert result.returncode == 2 and "Traceback" not in out and len(errors) == 1, out
+    assert errors[0].startswith("error: memory ran out (MemoryError: std::bad_alloc); "), errors
+    assert "--decode_hparams=batch_size=8,parallel_batches=1" in errors[0]
+    assert os.listdir(folder) == []

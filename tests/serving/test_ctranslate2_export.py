@@ -2,11 +2,13 @@
 target token equals the TensorFlow model's (untrained models with random weights, in both norm
 layouts and both timing-signal layouts), and on the trained copy model the exported float32
 folder's greedy translations, through t2t_lite-exporter and t2t_lite-decoder
---ctranslate2_model, equal the TensorFlow decoder's. A SentencePiece folder translates with
+--ctranslate2_model, equal the TensorFlow decoder's in float32 (--hparams=mixed_precision=float32
+for a model recorded as trained in bfloat16). A SentencePiece folder translates with
 `ctranslate2` and `sentencepiece` alone, in a process that never imports TensorFlow (the snippet
 of docs/serving.md). What cannot be converted, and a missing ctranslate2, are one error each."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -83,6 +85,30 @@ def test_token_log_probabilities_equal_the_models(overrides, tmp_path):
         np.testing.assert_allclose(result.log_probs, expected, atol=1e-4)
 
 
+def test_a_bfloat16_folder_is_written_without_torch_and_scores_as_the_float32_one(tmp_path):
+    """CTranslate2's converter casts to bfloat16 through torch, which the extra does not
+    install; the exporter casts with NumPy's bfloat16 type instead. The weights are stored
+    in half the bytes, and the folder's token log probabilities are the float32 folder's up
+    to bfloat16's rounding."""
+    vocabulary = SymbolVocabulary(20)
+    model = random_model(TINY, vocabulary.vocab_size)
+    encoders = {"inputs": vocabulary, "targets": vocabulary}
+    folders = {quantization: str(tmp_path / quantization)
+               for quantization in ("float32", "bfloat16")}
+    for quantization, folder in folders.items():
+        ctranslate2_export.write_folder(model, encoders, folder, quantization)
+    sizes = {quantization: os.path.getsize(os.path.join(folder, "model.bin"))
+             for quantization, folder in folders.items()}
+    assert sizes["bfloat16"] < 0.6 * sizes["float32"], sizes
+    tokens = vocabulary.tokens
+    source, target = [[tokens[i] for i in (3, 9, 4, 7)]], [[tokens[i] for i in (5, 2, 8)]]
+    scored = {quantization: ctranslate2.Translator(folder).score_batch(source, target)[0]
+              for quantization, folder in folders.items()}
+    np.testing.assert_allclose(scored["bfloat16"].log_probs, scored["float32"].log_probs,
+                               atol=0.1)
+    assert scored["bfloat16"].log_probs != scored["float32"].log_probs  # rounded weights
+
+
 def test_settings_ctranslate2_has_no_layout_for_are_refused_before_writing(tmp_path):
     hparams = registry.hparams("transformer_tiny").override_from_string(
         "layer_preprocess_sequence=n,layer_postprocess_sequence=dan")
@@ -128,13 +154,33 @@ def test_the_folder_holds_the_model_its_vocabulary_and_records(exported_copy_mod
     assert record["checkpoint"].startswith(output_dir)
 
 
-def test_greedy_translations_equal_the_tensorflow_decoders(exported_copy_model, tmp_path):
+def recorded_in_bfloat16(output_dir, folder):
+    """A copy of the run in output_dir whose hparams.json says it trained in bfloat16 (the
+    trainer's choice on a CPU with AVX512_BF16: its checkpoints hold float32 weights all the
+    same), so that the decoder decodes it in bfloat16 unless told otherwise."""
+    shutil.copytree(output_dir, folder)
+    path = os.path.join(folder, "hparams.json")
+    with open(path, encoding="utf-8") as handle:
+        description = json.load(handle)
+    description["hparams"]["mixed_precision"] = "bfloat16"
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(description, handle)
+    return str(folder)
+
+
+def test_greedy_translations_equal_the_tensorflow_decoders_in_float32(exported_copy_model,
+                                                                      tmp_path):
+    """The folder holds float32 weights whatever the model trained in: its output is the
+    decoder's in float32, which a bfloat16-trained model gets through
+    --hparams=mixed_precision=float32 (the decoder's default there computes in bfloat16)."""
     data_dir, output_dir, folder = exported_copy_model
+    bfloat16_run = recorded_in_bfloat16(output_dir, tmp_path / "bfloat16_run")
     source = os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")
     greedy = "--decode_hparams=beam_size=1"
     tensorflow_out, ctranslate2_out = str(tmp_path / "tf.txt"), str(tmp_path / "ct2.txt")
-    program("decoder", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-            f"--decode_from_file={source}", f"--decode_to_file={tensorflow_out}", greedy)
+    program("decoder", f"--data_dir={data_dir}", f"--output_dir={bfloat16_run}",
+            "--hparams=mixed_precision=float32", f"--decode_from_file={source}",
+            f"--decode_to_file={tensorflow_out}", greedy)
     program("decoder", f"--data_dir={data_dir}", f"--ctranslate2_model={folder}",
             f"--decode_from_file={source}", f"--decode_to_file={ctranslate2_out}", greedy)
     with open(tensorflow_out) as expected, open(ctranslate2_out) as translated:

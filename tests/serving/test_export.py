@@ -16,6 +16,8 @@ import textwrap
 import pytest
 import tensorflow as tf
 
+import program_runs
+
 HPARAMS = ("hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,batch_size=512,"
            "max_length=22,min_length_bucket=22,learning_rate_warmup_steps=100,"
            "learning_rate_constant=1.0,layer_prepostprocess_dropout=0,attention_dropout=0,"
@@ -384,3 +386,19 @@ def test_a_server_needs_only_the_sentencepiece_op_library(sentencepiece_export,
     assert result["tensorflow_text"] is False
     assert result["outputs"] == expected
     assert result["scores"] == pytest.approx(scores, abs=1e-5)
+
+
+@pytest.mark.parametrize("export_format", ["saved_model", "ctranslate2"])
+def test_an_export_dir_that_is_a_file_is_one_error_naming_the_flag(untrained_model_dir,
+                                                                   tmp_path, export_format):
+    data_dir, output_dir = untrained_model_dir
+    in_the_way = tmp_path / "1"
+    in_the_way.write_text("a file\n")
+    code, out = program_runs.run("exporter", f"--format={export_format}",
+                                 f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+                                 f"--export_dir={in_the_way}")
+    errors = program_runs.error_lines(out)
+    assert code == 2 and len(errors) == 1 and "Traceback" not in out, out
+    assert errors[0].startswith(f"error: --export_dir={in_the_way}"), errors
+    assert in_the_way.read_text() == "a file\n"
+    assert os.listdir(tmp_path) == ["1"]  # no lock, no temporary folder left beside it
