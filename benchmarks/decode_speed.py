@@ -616,8 +616,8 @@ def main(unused_argv):
         prepare_peer(entries, sources, setup)
         prepare_eole(entries, sources, setup)
     except peer.PeerError as error:
-        raise ValueError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir={FLAGS.eole_dir}): "
-                         f"{error}")
+        raise peer.PeerError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir="
+                             f"{FLAGS.eole_dir}): {error}") from None
     export_ctranslate2(entries, sources, setup)
     prepare_ctranslate2(entries, setup)
     eole = setup.get("eole", {})

@@ -241,16 +241,18 @@ def command_name(command: list) -> str:
 def run_main(main):
     """A benchmark script's entry point: t2t_lite's common.run_main(main) (absl's flags, the
     user's mistakes as one `error:` line and exit status 2), and a child that failed
-    (ChildFailed) as one `error:` line naming its log and CHILD_FAILED_EXIT_STATUS, a t2t_lite
-    program not installed (ProgramMissing) as one line and status 2; no traceback for either."""
+    (ChildFailed) or a peer's step that failed (peer_environment.PeerError, naming its log) as
+    one `error:` line and CHILD_FAILED_EXIT_STATUS, a t2t_lite program not installed
+    (ProgramMissing) as one line and status 2; no traceback for any of them."""
     from t2t_lite.bin import common  # here, not at import: the peers' environments lack it
+    from peer_environment import PeerError  # it imports this module: not at the top
 
     def reported(argv):
         try:
             return main(argv)
         except ProgramMissing as error:
             common.exit_with_error(str(error))
-        except ChildFailed as error:
+        except (ChildFailed, PeerError) as error:
             sys.stdout.flush()
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(CHILD_FAILED_EXIT_STATUS)

@@ -76,3 +76,28 @@ def test_a_failed_child_ends_the_benchmark_with_one_line_naming_its_log(clone_fo
         f"error: t2t_lite-exporter failed (exit status 2); its log: {log}"]
     assert "Traceback" not in ended.stderr
     assert "error: --problem is required" in log.read_text()  # the installed exporter ran
+
+
+# A peer's run.py whose step fails (peer_environment.PeerError, naming its log), at the same
+# entry point.
+PEER_STEP_PROBE = """
+import sys
+sys.path.insert(0, {benchmarks!r})
+import harness
+from peer_environment import PeerError
+
+def main(argv):
+    raise PeerError("training ended without a checkpoint or a loss; see W/train.log")
+
+harness.run_main(main)
+"""
+
+
+def test_a_failed_step_of_a_peer_ends_its_program_with_one_line(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PEER_STEP_PROBE.format(benchmarks=BENCHMARKS))
+    ended = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True)
+    assert ended.returncode == harness.CHILD_FAILED_EXIT_STATUS, ended.stderr
+    assert error_lines(ended.stderr) == [
+        "error: training ended without a checkpoint or a loss; see W/train.log"]
+    assert "Traceback" not in ended.stderr
