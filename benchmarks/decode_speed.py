@@ -207,7 +207,7 @@ def export_saved_model(name: str, setup: dict) -> float:
     stop = FLAGS.beam_size if contestant.ct2_stop else 0
     print(f"exporting the SavedModel to {export_dir(name)}", flush=True)
     harness.run_logged([
-        sys.executable, "-m", "t2t_lite.bin.exporter", f"--data_dir={FLAGS.data_dir}",
+        *harness.t2t_lite_command("exporter"), f"--data_dir={FLAGS.data_dir}",
         f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={export_dir(name)}",
         f"--checkpoint_path={setup['t2t_lite_checkpoint']}", "--overwrite",
         f"--decode_hparams=beam_size={FLAGS.beam_size},alpha={FLAGS.alpha},"
@@ -244,7 +244,7 @@ def export_ctranslate2(entries: dict, sources: list, setup: dict):
               flush=True)
         try:
             harness.run_logged([
-                sys.executable, "-m", "t2t_lite.bin.exporter", "--format=ctranslate2",
+                *harness.t2t_lite_command("exporter"), "--format=ctranslate2",
                 f"--quantization={quantization}", f"--data_dir={FLAGS.data_dir}",
                 f"--output_dir={FLAGS.t2t_lite_dir}", f"--export_dir={model_dir}",
                 f"--checkpoint_path={setup['t2t_lite_checkpoint']}"], model_dir + ".log")
@@ -616,8 +616,8 @@ def main(unused_argv):
         prepare_peer(entries, sources, setup)
         prepare_eole(entries, sources, setup)
     except peer.PeerError as error:
-        raise ValueError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir={FLAGS.eole_dir}): "
-                         f"{error}")
+        raise peer.PeerError(f"a peer (--peer_dir={FLAGS.peer_dir}, --eole_dir="
+                             f"{FLAGS.eole_dir}): {error}") from None
     export_ctranslate2(entries, sources, setup)
     prepare_ctranslate2(entries, setup)
     eole = setup.get("eole", {})
@@ -669,4 +669,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    harness.run_main(main)

@@ -5,7 +5,9 @@ decoding contestant's passes (benchmarks/README.md, "The harness").
 The standard library only at import, so that the peers' programs import it too, in their own
 environments. It puts benchmarks/ and benchmarks/peers/ on sys.path: the shared modules are
 imported by their names (harness, peer_environment, peer_training, ctranslate2_runtime), the
-peers' programs by `peer_module`.
+peers' programs by `peer_module`. t2t_lite's programs run as the installed console scripts
+(`t2t_lite_command`), and a benchmark's entry point (`run_main`) ends a failed child with one
+line naming its log.
 """
 import importlib.util
 import json
@@ -16,6 +18,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
@@ -181,12 +184,79 @@ def onednn_enabled() -> bool:
 
 # --- Child processes -----------------------------------------------------------------------------
 
+CHILD_FAILED_EXIT_STATUS = 1  # a benchmark script whose child failed (its log says why)
+
+
 class ChildFailed(RuntimeError):
     """A child process failed or ended without its result; `status` is its exit status."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
+
+
+class ProgramMissing(RuntimeError):
+    """A t2t_lite program that this Python has no console script of (t2t_lite not installed)."""
+
+
+def script_folders() -> list:
+    """Where this Python's console scripts are installed: beside the interpreter (a virtual
+    environment's bin/), its installation scheme's scripts folder, and the user scheme's
+    (`pip install --user`); each once, in that order."""
+    folders = [os.path.dirname(sys.executable), sysconfig.get_path("scripts"),
+               sysconfig.get_path("scripts", sysconfig.get_preferred_scheme("user"))]
+    return list(dict.fromkeys(folders))
+
+
+def t2t_lite_command(program: str) -> list:
+    """The command that starts t2t_lite's program `program` ("trainer", "avg-checkpoints"):
+    its installed console script t2t_lite-<program>, which imports the installed package
+    whatever the working folder (`python -m t2t_lite.bin.<program>` would import a clone's own
+    t2t_lite/ first, which has no bin/). Raises ProgramMissing, naming `pip install .`, when
+    this Python has none."""
+    name = f"t2t_lite-{program}"
+    for folder in script_folders():
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return [path]
+    raise ProgramMissing(f"{name} is not installed for {sys.executable} (looked in "
+                         f"{', '.join(script_folders())}): install t2t_lite with `pip install .` "
+                         "in the repository's folder first")
+
+
+def command_name(command: list) -> str:
+    """What a message calls a child: its program's file name ("t2t_lite-exporter"); for a
+    Python, the script it runs (under benchmarks/: its path there, "peers/eole/run.py") or the
+    module of -m."""
+    program = os.path.basename(command[0])
+    if not program.startswith("python") or len(command) < 2:
+        return program
+    if command[1] == "-m" and len(command) > 2:
+        return command[2]
+    script = os.path.abspath(command[1])
+    inside = os.path.commonpath([script, BENCHMARKS]) == BENCHMARKS
+    return os.path.relpath(script, BENCHMARKS) if inside else os.path.basename(script)
+
+
+def run_main(main):
+    """A benchmark script's entry point: t2t_lite's common.run_main(main) (absl's flags, the
+    user's mistakes as one `error:` line and exit status 2), and a child that failed
+    (ChildFailed) or a peer's step that failed (peer_environment.PeerError, naming its log) as
+    one `error:` line and CHILD_FAILED_EXIT_STATUS, a t2t_lite program not installed
+    (ProgramMissing) as one line and status 2; no traceback for any of them."""
+    from t2t_lite.bin import common  # here, not at import: the peers' environments lack it
+    from peer_environment import PeerError  # it imports this module: not at the top
+
+    def reported(argv):
+        try:
+            return main(argv)
+        except ProgramMissing as error:
+            common.exit_with_error(str(error))
+        except (ChildFailed, PeerError) as error:
+            sys.stdout.flush()
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            sys.exit(CHILD_FAILED_EXIT_STATUS)
+    common.run_main(reported)
 
 
 def child_environment(changes: dict) -> dict:
@@ -198,6 +268,11 @@ def child_environment(changes: dict) -> dict:
         else:
             environment[name] = value
     return environment
+
+
+def where_logged(log_path: str) -> str:
+    """Where a failed child's message sends the reader: its log, else the output shown."""
+    return f"its log: {log_path}" if log_path else "its output is above"
 
 
 def run_logged(command: list, log_path: str = None, environment: dict = None,
@@ -223,8 +298,8 @@ def run_logged(command: list, log_path: str = None, environment: dict = None,
         status = process.wait()
     if status:
         print("".join(lines[-25:]), flush=True)
-        raise ChildFailed(f"{what or ' '.join(command[:3])} failed (exit status {status}); its "
-                          f"output: {log_path or 'above'}", status)
+        raise ChildFailed(f"{what or command_name(command)} failed (exit status {status}); "
+                          f"{where_logged(log_path)}", status)
     return "".join(lines)
 
 
@@ -233,8 +308,8 @@ def run_child(command: list, environment: dict, marker: str, log_path: str = Non
     output = run_logged(command, log_path, environment)
     found = [line for line in output.splitlines() if line.startswith(marker + " ")]
     if not found:
-        raise ChildFailed(f"{' '.join(command[:3])} printed no {marker} line; its output: "
-                          f"{log_path}", 0)
+        raise ChildFailed(f"{command_name(command)} printed no {marker} line; "
+                          f"{where_logged(log_path)}", 0)
     return json.loads(found[-1][len(marker) + 1:])
 
 

@@ -189,4 +189,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    harness.run_main(main)

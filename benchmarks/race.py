@@ -122,17 +122,17 @@ def t2t_lite_segment(run_dir: str, warmup: int, constant: float, steps: int, dev
     """t2t_lite-trainer to `steps` (resuming), then t2t_lite-decoder greedily on the dev
     sentences from the checkpoint at `steps`, scored; with `test`, the test set too, with beam 4
     and alpha 0.6 (the decoder's defaults) from the last --average_last checkpoints averaged."""
-    log_path, module = os.path.join(run_dir, "race.log"), [sys.executable, "-m"]
+    log_path = os.path.join(run_dir, "race.log")
     folders = [f"--data_dir={data_dir()}", f"--output_dir={run_dir}"]
     result = {"dev_hypotheses": os.path.join(run_dir, f"dev.greedy.{steps}.en")}
-    result["train_process_seconds"] = run_logged(module + [
-        "t2t_lite.bin.trainer", *folders, f"--problem={PROBLEM}", "--model=transformer",
+    result["train_process_seconds"] = run_logged(harness.t2t_lite_command("trainer") + [
+        *folders, f"--problem={PROBLEM}", "--model=transformer",
         f"--hparams_set={HPARAMS_SET}", f"--train_steps={steps}",
         f"--hparams=learning_rate_warmup_steps={warmup},learning_rate_constant={constant!r}",
         f"--save_checkpoints_steps={FLAGS.save_every}", "--keep_checkpoint_max=100",
         "--eval_every=1000000", "--eval_steps=0", "--eval_bleu_sentences=0",
         "--log_every_steps=50"], log_path)
-    decode = module + ["t2t_lite.bin.decoder", *folders]
+    decode = harness.t2t_lite_command("decoder") + folders
     result["dev_decode_seconds"] = run_logged(decode + [
         f"--checkpoint_path={os.path.join(run_dir, f'model.ckpt-{steps}')}",
         f"--decode_from_file={dev['source']}", f"--decode_to_file={result['dev_hypotheses']}",
@@ -141,8 +141,9 @@ def t2t_lite_segment(run_dir: str, warmup: int, constant: float, steps: int, dev
                                        dev["references"])["bleu"]
     if test:
         averaged = os.path.join(run_dir, harness.AVERAGED)
-        run_logged(module + ["t2t_lite.bin.avg_checkpoints", f"--output_dir={run_dir}",
-                             f"--num_last={FLAGS.average_last}", f"--out={averaged}"], log_path)
+        run_logged(harness.t2t_lite_command("avg-checkpoints") + [
+            f"--output_dir={run_dir}", f"--num_last={FLAGS.average_last}", f"--out={averaged}"],
+            log_path)
         result["test_hypotheses"] = os.path.join(run_dir, "test_2016_flickr.beam4.en")
         result["test_decode_seconds"] = run_logged(decode + [
             f"--checkpoint_path={averaged}", f"--decode_from_file={test['source']}",
@@ -284,4 +285,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    harness.run_main(main)

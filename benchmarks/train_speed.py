@@ -151,7 +151,7 @@ def run_trainer(entry, round_index, updates, parameters) -> dict:
     shutil.rmtree(output_dir, ignore_errors=True)  # a fresh model every round
     xla = MODES[entry["mode"]][0]
     overrides = [FLAGS.hparams, f"length_bucketing={MODES[entry['mode']][1]}", entry["hparams"]]
-    command = [sys.executable, "-m", "t2t_lite.bin.trainer", f"--problem={PROBLEM}",
+    command = [*harness.t2t_lite_command("trainer"), f"--problem={PROBLEM}",
                "--model=transformer", f"--hparams_set={FLAGS.hparams_set}",
                f"--hparams={','.join(filter(None, overrides))}", f"--data_dir={FLAGS.data_dir}",
                f"--output_dir={output_dir}", f"--train_steps={steps}",
@@ -413,4 +413,4 @@ def main(unused_argv):
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    harness.run_main(main)

@@ -607,4 +607,4 @@ def main(unused_argv):
 
 if __name__ == "__main__":
     define_flags()
-    common.run_main(main)
+    harness.run_main(main)
