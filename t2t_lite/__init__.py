@@ -1,3 +1,20 @@
 """t2t_lite: the Transformer of "Attention Is All You Need" on TensorFlow 2 and Keras 3,
-in the style of tensor2tensor."""
+in the style of tensor2tensor.
+
+setup.py installs the top-level folders bin/, problems/ and hparams/ as t2t_lite.bin,
+t2t_lite.problems and t2t_lite.hparams. Python started in a clone finds the clone's t2t_lite/
+first, ahead of the installed package (`python -m t2t_lite.bin.trainer` from the clone's
+folder): the package then also looks for its subpackages in the clone's top folder, so that
+they come from the same clone as the library.
+"""
+import os as _os
+
 __version__ = "0.1.0"
+
+_TOP_FOLDER = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+_INSTALLED_FROM_TOP = ("bin", "problems", "hparams")
+if not _os.path.isdir(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "bin")) \
+        and all(_os.path.isfile(_os.path.join(_TOP_FOLDER, name, "__init__.py"))
+                for name in _INSTALLED_FROM_TOP) \
+        and _os.path.isfile(_os.path.join(_TOP_FOLDER, "setup.py")):
+    __path__.append(_TOP_FOLDER)

@@ -79,3 +79,17 @@ def test_wheel_installs_console_scripts(venv_python):
     for name in ("t2t_lite-datagen", "t2t_lite-trainer", "t2t_lite-decoder",
                  "t2t_lite-avg-checkpoints", "t2t_lite-exporter"):
         assert (venv_python.parent / name).exists(), name
+
+
+def test_python_started_in_the_clone_runs_the_clones_programs(venv_python):
+    """In the clone's folder its t2t_lite/ comes first on the import path, ahead of the
+    installed wheel: t2t_lite.bin, .problems and .hparams come from the clone too (else
+    `python -m t2t_lite.bin.trainer` there fails: "No module named 't2t_lite.bin'")."""
+    script = ("import t2t_lite.bin.trainer, t2t_lite.problems, t2t_lite.hparams\n"
+              "print(t2t_lite.bin.trainer.__file__)\nprint(t2t_lite.problems.__file__)\n")
+    out = output_lines(venv_python, script, REPOSITORY)
+    assert out == [os.path.join(REPOSITORY, "bin", "trainer.py"),
+                   os.path.join(REPOSITORY, "problems", "__init__.py")]
+    help_text = run([str(venv_python), "-m", "t2t_lite.bin.trainer", "--helpshort"],
+                    cwd=REPOSITORY, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert "--train_steps" in help_text
