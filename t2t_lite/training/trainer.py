@@ -182,21 +182,36 @@ class NonFiniteLossError(UserError, FloatingPointError):
 
 
 class NonFiniteLossGuard(keras.callbacks.Callback):
-    """Stops training at the first NaN or infinite loss, before the checkpoint saver can write
-    the poisoned weights: the last good checkpoint stays the latest."""
+    """Stops training at the first NaN or infinite loss, and before a checkpoint of weights
+    whose loss is not finite (`check_weights`, which CheckpointSaver calls before each save): a
+    step's loss is computed before its update, so an update that spoils the weights shows
+    only in the next step's loss, after a checkpoint of that step may have been written. The
+    last good checkpoint stays the latest."""
 
     def __init__(self, output_dir: str):
         super().__init__()
         self.output_dir = output_dir
 
+    def _stop(self, what: str):
+        step = int(self.model.optimizer.iterations.numpy())
+        latest = checkpoints.latest(self.output_dir)
+        raise NonFiniteLossError(
+            f"{what} at step {step}; stopped. The last good checkpoint is "
+            f"{latest or '(none yet)'}. Lower the learning rate (learning_rate_constant) or "
+            f"lengthen the warmup, then run again.")
+
     def on_train_batch_end(self, batch, logs=None):
         if not math.isfinite(float(logs["loss_sum"])):
-            step = int(self.model.optimizer.iterations.numpy())
-            latest = checkpoints.latest(self.output_dir)
-            raise NonFiniteLossError(
-                f"the training loss became NaN or infinite at step {step}; stopped. The last "
-                f"good checkpoint is {latest or '(none yet)'}. Lower the learning rate "
-                f"(learning_rate_constant) or lengthen the warmup, then run again.")
+            self._stop("the training loss became NaN or infinite")
+
+    def check_weights(self):
+        """Raises NonFiniteLossError when the weights, as the last update left them, give a
+        NaN or infinite loss on the batch last trained (one forward pass, under every
+        worker's strategy as each save is)."""
+        batch = self.model.last_batch
+        if batch is not None and not math.isfinite(
+                float(self.model.eval_step(batch)["loss_sum"])):
+            self._stop("the loss after the update became NaN or infinite")
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -354,12 +369,14 @@ class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
     `train_steps` (epochs need not divide it). `after_first_save` (if any) is called once the
-    first checkpoint of this run is complete. `saved_step`: the step of the checkpoint training
+    first checkpoint of this run is complete; `check_before_save` (if any) before each save,
+    which it may refuse by raising. `saved_step`: the step of the checkpoint training
     resumed from, which is not saved again."""
 
     def __init__(self, manager, every_steps: int, train_steps: int, after_first_save=None,
-                 saved_step: int = None):
+                 saved_step: int = None, check_before_save=None):
         super().__init__()
+        self.check_before_save = check_before_save  # raises instead of saving bad weights
         self.manager = manager
         self.every_steps = every_steps
         self.train_steps = train_steps
@@ -368,6 +385,8 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def _save(self, step):
         if step != self.saved_step:
+            if self.check_before_save is not None:
+                self.check_before_save()
             logging.info("saved %s", checkpoints.save(self.manager, step))
             self.saved_step = step
             if self.after_first_save is not None:
@@ -575,12 +594,14 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max)
+        guard = NonFiniteLossGuard(output_dir)
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
-                                after_first_save=record, saved_step=step if latest else None)
+                                after_first_save=record, saved_step=step if latest else None,
+                                check_before_save=guard.check_weights)
         first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
         try:
             run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                     [first_update, NonFiniteLossGuard(output_dir), budget, signal_stop,
+                     [first_update, guard, budget, signal_stop,
                       monitor, *callbacks, saver], batches_per_update)
         finally:  # also when the first update fails
             first_update.on_train_end()
