@@ -37,6 +37,8 @@ from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
 from t2t_lite.training.schedules import LearningRateSchedule
+from t2t_lite.training.signals import (STOPPING_SIGNALS, Interrupted, SignalWatch,
+                                       StoppedBySignal)
 from t2t_lite.training.step import COUNTS, TrainingSteps
 from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
 
@@ -288,80 +290,50 @@ class FirstUpdateWait(keras.callbacks.Callback):
             self.timer.cancel()
 
 
-STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class StoppedBySignal(Exception):
-    """Training stopped on a SIGTERM or SIGINT; the message says which checkpoint the same
-    command resumes from. `exit_status` is 128 + the signal's number (143, 130), the status of
-    a process that the signal ended."""
-
-    def __init__(self, message: str, signal_number: int):
-        super().__init__(message)
-        self.signal_number = signal_number
-        self.exit_status = 128 + signal_number
-
-
-class _Interrupted(BaseException):
-    """A signal that ends training at once (a BaseException, as KeyboardInterrupt, so that no
-    `except Exception` on its way takes it for an error to handle)."""
-
-    def __init__(self, signal_number: int, second: bool):
-        super().__init__(signal_number)
-        self.signal_number = signal_number
-        self.second = second
-
-
 class SignalStop(keras.callbacks.Callback):
-    """SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C) while training.
-
-    Within `installed()` (in the main thread only: Python runs signal handlers there), the
-    first signal during the training loop stops training after the update under way, without
-    the epoch's evaluation; CheckpointSaver then saves at the step reached, and train raises
+    """Training's part of SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C):
+    `watch` (signals.SignalWatch; a new one by default) receives them, and the first signal
+    during the training loop stops training after the update under way, without the epoch's
+    evaluation; CheckpointSaver then saves at the step reached, and train raises
     StoppedBySignal. A signal before the loop (nothing trained yet), or a second one, ends
-    training at once (_Interrupted): checkpoints.save leaves the last complete checkpoint the
-    latest. In a run of several workers they vote after every update (one all-reduce), so
-    that every worker stops after the same update, whichever received the signal. (Before,
-    SIGTERM ended the trainer at once: the steps since the last checkpoint were lost and the
-    output folder's lock left behind.)"""
+    training at once (Interrupted): checkpoints.save leaves the last complete checkpoint the
+    latest. In a run of several workers they vote as training begins and after every update
+    (one all-reduce), so that every worker stops at the same step, whichever received the
+    signal."""
 
-    def __init__(self, multi_worker: bool):
+    def __init__(self, multi_worker: bool, watch: SignalWatch = None):
         super().__init__()
         self.multi_worker = multi_worker
-        self.signal_number = None  # the signal that stops training, here or on another worker
-        self.in_loop = False
+        self.watch = watch or SignalWatch()
 
-    @contextlib.contextmanager
+    @property
+    def signal_number(self):
+        return self.watch.signal_number
+
     def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {number: signal.signal(number, self._received) for number in STOPPING_SIGNALS}
-        try:
-            yield
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-
-    def _received(self, number, frame):
-        if not self.in_loop or self.signal_number is not None:
-            raise _Interrupted(number, second=self.signal_number is not None)
-        self.signal_number = number
-        logging.warning("%s received: training stops after the update under way, with a "
-                        "checkpoint (a second signal stops at once)", signal.Signals(number).name)
+        """The watch's handler in place within the context (installed again when the program
+        had it in place: TensorFlow may have put its own in between)."""
+        return self.watch.installed()
 
     def on_train_begin(self, logs=None):
-        self.in_loop = True
+        self.watch.in_loop = True
+        if self.multi_worker:  # a signal that some worker kept until now stops every one
+            self._vote()
 
     def on_train_batch_end(self, batch, logs=None):
-        received = self.signal_number
         if self.multi_worker:
-            votes = self.model.each_on_any_worker([received == number
-                                                   for number in STOPPING_SIGNALS])
-            received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote),
-                            None)
+            self._vote()
+        if self.watch.signal_number is not None:
+            self.model.stop_training = self.model.stop_at_once = True
+
+    def _vote(self):
+        """The signal any worker received (each worker's signal_number the same after it)."""
+        received = self.watch.signal_number
+        votes = self.model.each_on_any_worker([received == number
+                                               for number in STOPPING_SIGNALS])
+        received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote), None)
         if received is not None:
-            self.signal_number = received
+            self.watch.signal_number = received
             self.model.stop_training = self.model.stop_at_once = True
 
 
@@ -465,11 +437,13 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
 
 
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-          config: RunConfig = RunConfig(), callbacks=(), strategy=None):
+          config: RunConfig = RunConfig(), callbacks=(), strategy=None,
+          signal_watch: SignalWatch = None):
     """Trains to `config.train_steps` updates, or for `config.train_minutes` when they run out
     first, resuming from output_dir's latest checkpoint.
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
-    `strategy` defaults to distribution.choose_strategy(config.devices).
+    `strategy` defaults to distribution.choose_strategy(config.devices). `signal_watch`: the
+    program's SIGTERM and SIGINT handler, installed from its start (a new one by default).
 
     The inputs (problem, data, vocabulary) and the run recorded in output_dir are checked
     before anything is written, and the chief holds output_dir's OutputLock while it trains: a
@@ -493,6 +467,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
                               mixed_precision=precision)
     keras.utils.set_random_seed(config.seed)
     allow_unverified = config.allow_unverified_data  # shards without a datagen manifest
+    logging.info("checking the data of %s in %s", problem_name, data_dir)
     problem.check_data(data_dir, ("train", "dev"), allow_unverified=allow_unverified)
     problem.check_batch_size(data_dir, hparams, replicas)  # a batch one pass cannot fill
     train_data = problem.dataset("train", data_dir, hparams, training=True,
@@ -505,7 +480,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
-    signal_stop = SignalStop(multi_worker=distribution.cluster_workers() > 1)
+    signal_stop = SignalStop(distribution.cluster_workers() > 1, signal_watch)
     try:
         with signal_stop.installed(), reported_full_storage(output_dir, "output_dir"), \
                 (lock if chief else contextlib.nullcontext()):
@@ -515,7 +490,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
                                      train_data, dev_data, vocab_size, vocabulary, signal_stop)
             except tf.errors.DataLossError as error:  # a shard damaged after the check
                 raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
-    except _Interrupted as interrupt:
+    except Interrupted as interrupt:
         name = signal.Signals(interrupt.signal_number).name
         latest = checkpoints.latest(output_dir)
         resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
