@@ -85,7 +85,27 @@ def _step_of(checkpoint_path: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> DamagedCheckpointError:
+class RemovedCheckpointError(CheckpointError):
+    """A checkpoint that was there when it was found and whose files went away while they were
+    read: a trainer that keeps `--keep_checkpoint_max` checkpoints removes the oldest as it
+    saves a new one. Not damage: the message names the latest checkpoint there is now."""
+
+    def __init__(self, checkpoint_path: str):
+        folder = output_paths.parent_folder(checkpoint_path)
+        now = latest(folder)
+        found = (f"the latest checkpoint in {folder} is now {now}: the same command reads it "
+                 f"(or --checkpoint_path={now})" if now else f"{folder} holds no checkpoint now")
+        super().__init__(f"the checkpoint {checkpoint_path} was removed while it was read (a "
+                         f"trainer keeping --keep_checkpoint_max checkpoints removes the oldest "
+                         f"as it saves); {found}")
+
+
+def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> CheckpointError:
+    """The error of a checkpoint that did not read: RemovedCheckpointError when its index is
+    gone (TensorFlow removes a checkpoint's index first), else a DamagedCheckpointError naming
+    the latest checkpoint of its folder that reads whole."""
+    if not tf.io.gfile.exists(checkpoint_path + ".index"):
+        return RemovedCheckpointError(checkpoint_path)
     folder = output_paths.parent_folder(checkpoint_path)
     others = sorted((path for path in existing_checkpoints(folder) if path != checkpoint_path),
                     key=lambda path: (_step_of(path), path), reverse=True)
@@ -107,7 +127,8 @@ def _reads_whole(checkpoint_path: str) -> bool:
 class Reader:
     """A checkpoint's values by key (TensorFlow's CheckpointReader), for a checkpoint whose
     index reads and whose .data files hold at least the bytes of the values the index lists;
-    a read that fails is a DamagedCheckpointError naming the file (see `reader`)."""
+    a read that fails is a DamagedCheckpointError naming the file (see `reader`), or a
+    RemovedCheckpointError when the checkpoint went away meanwhile."""
 
     def __init__(self, checkpoint_path: str, name_a_restorable: bool = True):
         self.checkpoint_path = checkpoint_path
@@ -246,7 +267,8 @@ def check_compatible(checkpoint_path: str, model):
 
 def restore(checkpoint_path: str, model, optimizer=None):
     """Restores every model variable (and the optimizer's, when given) or raises: a
-    DamagedCheckpointError when the checkpoint's files cannot be read (see reader)."""
+    DamagedCheckpointError when the checkpoint's files cannot be read (see reader), a
+    RemovedCheckpointError when they were removed since it was found."""
     check_compatible(checkpoint_path, model)
     try:
         status = make_checkpoint(model, optimizer).restore(checkpoint_path)
