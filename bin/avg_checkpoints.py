@@ -30,6 +30,7 @@ def main(argv):
     from t2t_lite.training import averaging
     common.check_inputs_reachable("output_dir")
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
+    averaging.check_one_run(paths)  # before anything is written
     created = output_paths.prepare_output_folder(FLAGS.out, "out")
     lock = OutputLock.of_folder(output_paths.parent_folder(FLAGS.out), f"write --out={FLAGS.out}")
     # The lock released first: a failure leaves no folder that this run made.

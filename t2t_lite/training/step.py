@@ -36,9 +36,10 @@ class TrainingSteps:
     """A model, its optimizer and the strategy whose scope created them, as step functions.
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
-    return {name: scalar tensor} for the names in COUNTS. `last_batch` is the batch last trained.
-    `model`, `optimizer` and `stop_training` make this object the `model` that Keras callbacks see; a callback that
-    sets `stop_at_once` as well (a signal) stops training without the epoch's evaluation.
+    return {name: scalar tensor} for the names in COUNTS; `last_batch` is the batch last
+    trained. `model`, `optimizer` and `stop_training` make this object the `model` that Keras
+    callbacks see; a callback that sets `stop_at_once` as well (a signal) stops training
+    without the epoch's evaluation.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):

@@ -528,6 +528,7 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
+    run_id = checkpoints.new_run_id()  # kept in every checkpoint; a resume restores it
     with strategy.scope():
         model = build_model(model_name, hparams, vocab_size)
         optimizer = make_optimizer(hparams)
@@ -535,7 +536,7 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         latest = checkpoints.latest(output_dir)
         if latest:
             try:
-                checkpoints.restore(latest, model, optimizer)
+                checkpoints.restore(latest, model, optimizer, run_id)
             except checkpoints.DamagedCheckpointError as damaged:
                 raise damaged.advising(_resume_advice(latest, damaged.restorable,
                                                       output_dir)) from None
@@ -568,7 +569,7 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
                               config.log_every_steps, hparams, budget)
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
-                                           config.keep_checkpoint_max)
+                                           config.keep_checkpoint_max, run_id)
         guard = NonFiniteLossGuard(output_dir)
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
                                 after_first_save=record, saved_step=step if latest else None,
