@@ -8,7 +8,8 @@ Running again with the same `output_dir` restores the latest checkpoint (weights
 moments and step) and continues to `train_steps` (or for another `train_minutes`); a rerun
 that asks for another run than the one recorded there (hparams.json) is refused before it
 writes anything (resumable_hparams).
-A full disk ends training with one StorageError, the last complete checkpoint the latest.
+A full disk ends training with one StorageError, the last complete checkpoint the latest; so
+does a data folder that changes while training reads it, with a DataChangedError (data_watch).
 SIGTERM and SIGINT stop training after the update under way, with a checkpoint there
 (SignalStop).
 """
@@ -35,6 +36,7 @@ from t2t_lite.storage.run_description import (description_path, differing_values
 from t2t_lite.storage.run_description import checked_vocabulary
 from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
+from t2t_lite.training.data_watch import DataWatch
 from t2t_lite.training.adam import Adam
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.signals import (STOPPING_SIGNALS, Interrupted, SignalWatch,
@@ -478,6 +480,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocab_size = problem.vocab_size(data_dir)
     # The vocabulary the checkpoints were trained on, or a VocabularyError naming both files.
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
+    data_watch = DataWatch(problem, data_dir, ("train", "dev"), output_dir)  # as checked
     if chief:
         output_paths.prepare_output_folder(output_dir, "output_dir")
     signal_stop = SignalStop(distribution.cluster_workers() > 1, signal_watch)
@@ -487,9 +490,15 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
             try:
                 return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                      callbacks if chief else (), strategy, jit_compile,
-                                     train_data, dev_data, vocab_size, vocabulary, signal_stop)
+                                     train_data, dev_data, vocab_size, vocabulary, signal_stop,
+                                     data_watch)
             except tf.errors.DataLossError as error:  # a shard damaged after the check
                 raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
+            except tf.errors.NotFoundError as error:  # a shard removed after the check
+                gone = data_watch.shard_gone_error(error)
+                if gone is None:
+                    raise
+                raise gone from None
     except Interrupted as interrupt:
         name = signal.Signals(interrupt.signal_number).name
         latest = checkpoints.latest(output_dir)
@@ -524,7 +533,8 @@ def _resume_advice(damaged: str, restorable: str, output_dir: str) -> str:
 
 
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop):
+                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop,
+                  data_watch):
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
@@ -571,9 +581,14 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
                                            config.keep_checkpoint_max, run_id)
         guard = NonFiniteLossGuard(output_dir)
+
+        def check_before_save():
+            data_watch.check()  # weights trained on other data are not saved
+            guard.check_weights()
+
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
                                 after_first_save=record, saved_step=step if latest else None,
-                                check_before_save=guard.check_weights)
+                                check_before_save=check_before_save)
         first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
         try:
             run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
