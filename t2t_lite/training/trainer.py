@@ -36,8 +36,8 @@ from t2t_lite.storage.run_description import (description_path, differing_values
 from t2t_lite.storage.run_description import checked_vocabulary
 from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
-from t2t_lite.training.data_watch import DataWatch
 from t2t_lite.training.adam import Adam
+from t2t_lite.training.data_watch import DataWatch
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.signals import (STOPPING_SIGNALS, Interrupted, SignalWatch,
                                        StoppedBySignal)
