@@ -28,6 +28,7 @@ def main(argv):
     from t2t_lite.training import averaging
     common.check_inputs_reachable("output_dir")
     paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
+    averaging.check_one_run(paths)  # before anything is written
     # The average replaces the one in --out as a unit: the lock is in the folder that holds it.
     output = outputs.Output.folder(FLAGS.out, "out",
                                    lock_folder=output_paths.parent_folder(FLAGS.out))

@@ -4,8 +4,11 @@
       --data_dir=D --output_dir=O --train_steps=1000
 
 On SIGTERM or SIGINT it saves a checkpoint after the update under way, says so in one line and
-exits with status 143 or 130; the same command resumes from that checkpoint.
+exits with status 143 or 130; the same command resumes from that checkpoint. Its handler is in
+place from the program's first instant (a signal before training began ends it at once, with
+one line and the same status, nothing written).
 """
+import signal
 import sys
 
 from t2t_lite import registry
@@ -56,12 +59,17 @@ def define_flags():
     flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
-def main(argv):
+def main(argv, signal_watch=None):
+    """Trains as the flags say; `signal_watch` (signals.SignalWatch): the handler of SIGTERM
+    and SIGINT that run() installed, with SIGTERM held until the strategy exists."""
     from t2t_lite.decoding.dev_bleu import DevBleu
     from t2t_lite.training import distribution, trainer
     # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
     common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
+    if signal_watch is not None:  # the workers have met: a signal now stops them all
+        signal_watch.keep_until_loop = distribution.cluster_workers() > 1
+        signal_watch.release_sigterm()
     common.check_inputs_reachable("data_dir")  # --output_dir: its lock's check, in train
     config = trainer.RunConfig(
         train_steps=FLAGS.train_steps, train_minutes=FLAGS.train_minutes,
@@ -76,14 +84,26 @@ def main(argv):
                                  FLAGS.output_dir, FLAGS.eval_bleu_sentences))
     try:
         trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
-                      FLAGS.output_dir, config, callbacks, strategy)
+                      FLAGS.output_dir, config, callbacks, strategy, signal_watch)
     except trainer.StoppedBySignal as stop:  # one line, and the signal's exit status
         print(stop, file=sys.stderr)
         sys.exit(stop.exit_status)
 
 
 def run():
-    common.start(main, define_flags)
+    """The program, with the trainer's SIGTERM and SIGINT handler in place before TensorFlow
+    loads (signals.py)."""
+    from t2t_lite.training import signals
+    watch = signals.SignalWatch()
+    signals.hold_sigterm()  # until main has made the strategy
+    try:
+        with watch.installed():
+            common.start(lambda argv: main(argv, watch), define_flags)
+    except signals.Interrupted as interrupt:
+        name = signal.Signals(interrupt.signal_number).name
+        print(f"stopped by {name} before training began: nothing written; the same command "
+              f"starts again", file=sys.stderr)
+        sys.exit(interrupt.exit_status)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ the latest checkpoint beside it that restores, instead of TensorFlow's IndexErro
 bytes than requested"), DataLossError or OpError, which named neither.
 """
 import re
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -85,7 +86,27 @@ def _step_of(checkpoint_path: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> DamagedCheckpointError:
+class RemovedCheckpointError(CheckpointError):
+    """A checkpoint that was there when it was found and whose files went away while they were
+    read: a trainer that keeps `--keep_checkpoint_max` checkpoints removes the oldest as it
+    saves a new one. Not damage: the message names the latest checkpoint there is now."""
+
+    def __init__(self, checkpoint_path: str):
+        folder = output_paths.parent_folder(checkpoint_path)
+        now = latest(folder)
+        found = (f"the latest checkpoint in {folder} is now {now}: the same command reads it "
+                 f"(or --checkpoint_path={now})" if now else f"{folder} holds no checkpoint now")
+        super().__init__(f"the checkpoint {checkpoint_path} was removed while it was read (a "
+                         f"trainer keeping --keep_checkpoint_max checkpoints removes the oldest "
+                         f"as it saves); {found}")
+
+
+def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> CheckpointError:
+    """The error of a checkpoint that did not read: RemovedCheckpointError when its index is
+    gone (TensorFlow removes a checkpoint's index first), else a DamagedCheckpointError naming
+    the latest checkpoint of its folder that reads whole."""
+    if not tf.io.gfile.exists(checkpoint_path + ".index"):
+        return RemovedCheckpointError(checkpoint_path)
     folder = output_paths.parent_folder(checkpoint_path)
     others = sorted((path for path in existing_checkpoints(folder) if path != checkpoint_path),
                     key=lambda path: (_step_of(path), path), reverse=True)
@@ -107,7 +128,8 @@ def _reads_whole(checkpoint_path: str) -> bool:
 class Reader:
     """A checkpoint's values by key (TensorFlow's CheckpointReader), for a checkpoint whose
     index reads and whose .data files hold at least the bytes of the values the index lists;
-    a read that fails is a DamagedCheckpointError naming the file (see `reader`)."""
+    a read that fails is a DamagedCheckpointError naming the file (see `reader`), or a
+    RemovedCheckpointError when the checkpoint went away meanwhile."""
 
     def __init__(self, checkpoint_path: str, name_a_restorable: bool = True):
         self.checkpoint_path = checkpoint_path
@@ -180,10 +202,33 @@ def variable_path(key: str) -> str:
     return re.sub(r"\.([S.])", lambda match: "/" if match.group(1) == "S" else ".", escaped)
 
 
-def make_checkpoint(model, optimizer=None) -> tf.train.Checkpoint:
+# A trainer's checkpoints hold the identity of their run: a string variable, made when the run
+# starts in an empty output_dir and restored on every resume.
+RUN_ID_OBJECT = "run_id"
+RUN_ID_KEY = RUN_ID_OBJECT + VALUE_KEY_SUFFIX
+
+
+def new_run_id() -> tf.Variable:
+    """A run's identity for its checkpoints: a random hex string in a variable of its own. Make
+    it outside any strategy's scope (a plain variable on each worker; the chief's is saved)."""
+    return tf.Variable(uuid.uuid4().hex, dtype=tf.string, trainable=False, name="run_id")
+
+
+def run_id_of(checkpoint_path: str):
+    """The run id a checkpoint holds (str), or None for a checkpoint without one (an average,
+    or a checkpoint of a version before run ids)."""
+    stored = reader(checkpoint_path)
+    if RUN_ID_KEY not in stored.get_variable_to_shape_map():
+        return None
+    return stored.get_tensor(RUN_ID_KEY).decode()
+
+
+def make_checkpoint(model, optimizer=None, run_id: tf.Variable = None) -> tf.train.Checkpoint:
     objects = {MODEL_OBJECT: model_variables(model)}
     if optimizer is not None:
         objects["optimizer"] = variables_by_path(optimizer.variables)
+    if run_id is not None:
+        objects[RUN_ID_OBJECT] = run_id
     return tf.train.Checkpoint(**objects)
 
 
@@ -197,8 +242,9 @@ def write_model_values(values: dict, prefix: str):
     checkpoint.write(prefix)
 
 
-def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20):
-    return tf.train.CheckpointManager(make_checkpoint(model, optimizer), output_dir,
+def make_manager(output_dir: str, model, optimizer=None, max_to_keep: int = 20,
+                 run_id: tf.Variable = None):
+    return tf.train.CheckpointManager(make_checkpoint(model, optimizer, run_id), output_dir,
                                       max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME)
 
 
@@ -231,7 +277,7 @@ def reader(checkpoint_path: str) -> Reader:
 
 def check_compatible(checkpoint_path: str, model):
     """Raises CheckpointError naming the first model variable the checkpoint lacks or shapes
-    differently."""
+    differently; returns {key: shape} of what the checkpoint holds."""
     stored = reader(checkpoint_path).get_variable_to_shape_map()
     for path, variable in model_variables(model).items():
         key = checkpoint_key(path)
@@ -242,19 +288,24 @@ def check_compatible(checkpoint_path: str, model):
             raise CheckpointError(f"{checkpoint_path}: variable {path!r} has shape "
                                   f"{stored[key]} there but {list(variable.shape)} in the model "
                                   f"built from these hparams")
+    return stored
 
 
-def restore(checkpoint_path: str, model, optimizer=None):
-    """Restores every model variable (and the optimizer's, when given) or raises: a
-    DamagedCheckpointError when the checkpoint's files cannot be read (see reader)."""
-    check_compatible(checkpoint_path, model)
+def restore(checkpoint_path: str, model, optimizer=None, run_id: tf.Variable = None):
+    """Restores every model variable (and the optimizer's, when given; `run_id`'s value when
+    the checkpoint holds one) or raises: a DamagedCheckpointError when the checkpoint's files
+    cannot be read (see reader), a RemovedCheckpointError when they were removed since it was
+    found."""
+    stored = check_compatible(checkpoint_path, model)
+    if RUN_ID_KEY not in stored:
+        run_id = None  # a checkpoint of a version before run ids: the run gets one from now on
     try:
-        status = make_checkpoint(model, optimizer).restore(checkpoint_path)
+        status = make_checkpoint(model, optimizer, run_id).restore(checkpoint_path)
     except _READ_ERRORS as error:
         raise _damaged(checkpoint_path, _data_file_name(checkpoint_path),
                        _reason(error)) from None
-    if optimizer is not None:
-        status.assert_consumed()
+    if optimizer is not None and (run_id is not None or RUN_ID_KEY not in stored):
+        status.assert_consumed()  # everything the checkpoint holds has its variable
     else:
         status.expect_partial().assert_existing_objects_matched()
 

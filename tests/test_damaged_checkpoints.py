@@ -99,3 +99,47 @@ def test_once_they_are_moved_the_same_command_resumes_from_the_earlier_one(
     assert code == 0, out
     assert f"resuming from {output_dir}/model.ckpt-1" in out and "from step 1 to 3" in out
     assert (output_dir / "model.ckpt-3.index").exists()
+
+
+@pytest.mark.parametrize("when", ["before the index is read", "before the values are read"])
+def test_a_checkpoint_removed_while_it_is_read_is_not_called_damaged(data_dir, trained_dir,
+                                                                     tmp_path, monkeypatch,
+                                                                     when):
+    """The latest checkpoint, found by the decoder's and the exporter's load_model, is removed
+    as a trainer with --keep_checkpoint_max removes the oldest, after it was found: the error
+    names it as removed and the latest checkpoint there is now."""
+    import tensorflow as tf
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    from t2t_lite import checkpoints, registry
+    from t2t_lite.decoding.decoder import load_model
+    from t2t_lite.storage.run_description import saved_run
+
+    output_dir = tmp_path / "run"
+    shutil.copytree(trained_dir, output_dir)
+    removed, left = f"{output_dir}/model.ckpt-2", f"{output_dir}/model.ckpt-1"
+
+    def remove_the_latest():
+        checkpoint_management.remove_checkpoint(removed)
+        checkpoint_management.update_checkpoint_state_internal(str(output_dir), left, [left])
+
+    open_reader = tf.compat.v1.train.NewCheckpointReader
+
+    def removed_first(path):
+        if when == "before the index is read":
+            remove_the_latest()
+            return open_reader(path)
+        opened = open_reader(path)
+        remove_the_latest()
+        return opened
+
+    monkeypatch.setattr(tf.compat.v1.train, "NewCheckpointReader", removed_first)
+    run = saved_run(str(output_dir))
+    with pytest.raises(checkpoints.CheckpointError) as error:
+        load_model(run["model"], run["hparams"].replace(mixed_precision="float32"),
+                   registry.problem("algorithmic_copy").vocab_size(data_dir), str(output_dir))
+    assert str(error.value) == (
+        f"the checkpoint {removed} was removed while it was read (a trainer keeping "
+        f"--keep_checkpoint_max checkpoints removes the oldest as it saves); the latest "
+        f"checkpoint in {output_dir} is now {left}: the same command reads it "
+        f"(or --checkpoint_path={left})")

@@ -68,10 +68,24 @@ def example_length(example):
     return tf.maximum(tf.shape(example["inputs"])[0], tf.shape(example["targets"])[0])
 
 
+def shard_files(filepattern: str, shuffle_files: bool, seed: int = None) -> tf.data.Dataset:
+    """The shards matching `filepattern` now, in an order shuffled again at every pass (as
+    tf.data.Dataset.list_files, which matched the pattern again at every pass of a repeated
+    dataset, so that a pass after the folder was emptied or generated again read other files);
+    a shard removed since is a NotFoundError naming it. No match: list_files's error."""
+    matching = tf.io.matching_files(filepattern)
+    if int(tf.size(matching)) == 0:
+        return tf.data.Dataset.list_files(filepattern, shuffle=shuffle_files, seed=seed)
+    files = tf.data.Dataset.from_tensor_slices(matching)
+    if shuffle_files:
+        files = files.shuffle(int(tf.size(matching)), seed=seed)
+    return files
+
+
 def read_examples(filepattern: str, shuffle_files: bool, seed: int = None) -> tf.data.Dataset:
-    """Parallel reads of every shard matching `filepattern`, parsed into int32 id vectors; with
-    a seed the order is the same in every run."""
-    files = tf.data.Dataset.list_files(filepattern, shuffle=shuffle_files, seed=seed)
+    """Parallel reads of every shard matching `filepattern` when it is called (shard_files),
+    parsed into int32 id vectors; with a seed the order is the same in every run."""
+    files = shard_files(filepattern, shuffle_files, seed)
     dataset = files.interleave(tf.data.TFRecordDataset, cycle_length=READ_PARALLELISM,
                                num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=seed is not None or not shuffle_files)

@@ -66,6 +66,28 @@ def last_checkpoints(output_dir: str, num_last: int) -> list:
     return chosen
 
 
+def check_one_run(paths: list):
+    """Raises CheckpointError when the checkpoints `paths` hold different run ids (the trainer
+    saves its run's in each; the mean of two runs' weights copies nothing); checkpoints
+    without one (an older version's) are averaged as before, with a warning."""
+    run_ids = {path: checkpoints.run_id_of(path) for path in paths}
+    unknown = [path for path, run_id in run_ids.items() if run_id is None]
+    if unknown:
+        logging.warning("%s hold%s no run id (an older version's checkpoints): averaged without "
+                        "knowing whether they are of one run", ", ".join(unknown),
+                        "s" if len(unknown) == 1 else "")
+    runs = {}
+    for path, run_id in run_ids.items():
+        if run_id is not None:
+            runs.setdefault(run_id, []).append(path)
+    if len(runs) > 1:
+        listed = "; ".join(f"{', '.join(paths_of_run)} of run {run_id}"
+                           for run_id, paths_of_run in runs.items())
+        raise CheckpointError(f"the checkpoints to average are of different runs ({listed}): "
+                              f"their average copies neither; average the checkpoints of one "
+                              f"run")
+
+
 def _model_variables(reader, checkpoint_path: str) -> dict:
     """{key: (shape, dtype)} of the checkpoint's model variables."""
     shapes = reader.get_variable_to_shape_map()
@@ -164,8 +186,11 @@ def _keep_run_description(output_dir: str, out_path: str):
 
 def average_checkpoints(output_dir: str, num_last: int, out_path: str) -> str:
     """Writes at out_path the element-wise mean of every model variable over the last
-    `num_last` checkpoints in output_dir (paper §6.1) and returns its checkpoint prefix."""
-    return average(output_dir, last_checkpoints(output_dir, num_last), out_path)
+    `num_last` checkpoints in output_dir (paper §6.1), when they are of one run
+    (check_one_run), and returns its checkpoint prefix."""
+    paths = last_checkpoints(output_dir, num_last)
+    check_one_run(paths)
+    return average(output_dir, paths, out_path)
 
 
 def average(output_dir: str, paths: list, out_path: str) -> str:
@@ -174,9 +199,10 @@ def average(output_dir: str, paths: list, out_path: str) -> str:
     average there as a unit (see the module's docstring), and returns its checkpoint prefix
     (`--checkpoint_path=out_path` restores it too).
 
-    The checkpoints must hold the same model variables with the same shapes. Floating-point
-    variables are summed in float64 and stored in their own dtype; any other variable (none in
-    the Transformer) keeps the last checkpoint's value.
+    The checkpoints must hold the same model variables with the same shapes (and be of one
+    run: the callers' check_one_run). Floating-point variables are summed in float64 and
+    stored in their own dtype; any other variable (none in the Transformer) keeps the last
+    checkpoint's value.
     """
     readers = [checkpoints.reader(path) for path in paths]
     variables = _model_variables(readers[-1], paths[-1])

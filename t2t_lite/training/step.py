@@ -36,9 +36,10 @@ class TrainingSteps:
     """A model, its optimizer and the strategy whose scope created them, as step functions.
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
-    return {name: scalar tensor} for the names in COUNTS. `model`, `optimizer` and
-    `stop_training` make this object the `model` that Keras callbacks see; a callback that
-    sets `stop_at_once` as well (a signal) stops training without the epoch's evaluation.
+    return {name: scalar tensor} for the names in COUNTS; `last_batch` is the batch last
+    trained. `model`, `optimizer` and `stop_training` make this object the `model` that Keras
+    callbacks see; a callback that sets `stop_at_once` as well (a signal) stops training
+    without the epoch's evaluation.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
@@ -50,6 +51,7 @@ class TrainingSteps:
         self.stop_at_once = False
         self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
         self.batches_trained = None  # counted from the optimizer's step at the first batch
+        self.last_batch = None  # the batch of the last train_step (NonFiniteLossGuard)
         self.jit_compile = jit_compile  # XLA needs the output layer's chunks of one shape
         if not optimizer.built:  # its slots must be created in the strategy's scope
             with self.strategy.scope():
@@ -77,6 +79,7 @@ class TrainingSteps:
             self.batches_trained = int(self.optimizer.iterations.numpy()) * self.batches_per_update
         counts = self._train_step(batch, tf.constant(self.batches_trained, tf.int64))
         self.batches_trained += 1
+        self.last_batch = batch
         return counts
 
     def eval_step(self, batch) -> dict:

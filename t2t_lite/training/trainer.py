@@ -8,7 +8,8 @@ Running again with the same `output_dir` restores the latest checkpoint (weights
 moments and step) and continues to `train_steps` (or for another `train_minutes`); a rerun
 that asks for another run than the one recorded there (hparams.json) is refused before it
 writes anything (resumable_hparams).
-A full disk ends training with one StorageError, the last complete checkpoint the latest.
+A full disk ends training with one StorageError, the last complete checkpoint the latest; so
+does a data folder that changes while training reads it, with a DataChangedError (data_watch).
 SIGTERM and SIGINT stop training after the update under way, with a checkpoint there
 (SignalStop).
 """
@@ -35,7 +36,10 @@ from t2t_lite.storage.run_description import checked_vocabulary
 from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution
 from t2t_lite.training.adam import Adam
+from t2t_lite.training.data_watch import DataWatch
 from t2t_lite.training.schedules import LearningRateSchedule
+from t2t_lite.training.signals import (STOPPING_SIGNALS, Interrupted, SignalWatch,
+                                       StoppedBySignal)
 from t2t_lite.training.step import COUNTS, TrainingSteps
 from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
 
@@ -181,21 +185,36 @@ class NonFiniteLossError(UserError, FloatingPointError):
 
 
 class NonFiniteLossGuard(keras.callbacks.Callback):
-    """Stops training at the first NaN or infinite loss, before the checkpoint saver can write
-    the poisoned weights: the last good checkpoint stays the latest."""
+    """Stops training at the first NaN or infinite loss, and before a checkpoint of weights
+    whose loss is not finite (`check_weights`, which CheckpointSaver calls before each save): a
+    step's loss is computed before its update, so an update that spoils the weights shows
+    only in the next step's loss, after a checkpoint of that step may have been written. The
+    last good checkpoint stays the latest."""
 
     def __init__(self, output_dir: str):
         super().__init__()
         self.output_dir = output_dir
 
+    def _stop(self, what: str):
+        step = int(self.model.optimizer.iterations.numpy())
+        latest = checkpoints.latest(self.output_dir)
+        raise NonFiniteLossError(
+            f"{what} at step {step}; stopped. The last good checkpoint is "
+            f"{latest or '(none yet)'}. Lower the learning rate (learning_rate_constant) or "
+            f"lengthen the warmup, then run again.")
+
     def on_train_batch_end(self, batch, logs=None):
         if not math.isfinite(float(logs["loss_sum"])):
-            step = int(self.model.optimizer.iterations.numpy())
-            latest = checkpoints.latest(self.output_dir)
-            raise NonFiniteLossError(
-                f"the training loss became NaN or infinite at step {step}; stopped. The last "
-                f"good checkpoint is {latest or '(none yet)'}. Lower the learning rate "
-                f"(learning_rate_constant) or lengthen the warmup, then run again.")
+            self._stop("the training loss became NaN or infinite")
+
+    def check_weights(self):
+        """Raises NonFiniteLossError when the weights, as the last update left them, give a
+        NaN or infinite loss on the batch last trained (one forward pass, under every
+        worker's strategy as each save is)."""
+        batch = self.model.last_batch
+        if batch is not None and not math.isfinite(
+                float(self.model.eval_step(batch)["loss_sum"])):
+            self._stop("the loss after the update became NaN or infinite")
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -272,80 +291,50 @@ class FirstUpdateWait(keras.callbacks.Callback):
             self.timer.cancel()
 
 
-STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class StoppedBySignal(Exception):
-    """Training stopped on a SIGTERM or SIGINT; the message says which checkpoint the same
-    command resumes from. `exit_status` is 128 + the signal's number (143, 130), the status of
-    a process that the signal ended."""
-
-    def __init__(self, message: str, signal_number: int):
-        super().__init__(message)
-        self.signal_number = signal_number
-        self.exit_status = 128 + signal_number
-
-
-class _Interrupted(BaseException):
-    """A signal that ends training at once (a BaseException, as KeyboardInterrupt, so that no
-    `except Exception` on its way takes it for an error to handle)."""
-
-    def __init__(self, signal_number: int, second: bool):
-        super().__init__(signal_number)
-        self.signal_number = signal_number
-        self.second = second
-
-
 class SignalStop(keras.callbacks.Callback):
-    """SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C) while training.
-
-    Within `installed()` (in the main thread only: Python runs signal handlers there), the
-    first signal during the training loop stops training after the update under way, without
-    the epoch's evaluation; CheckpointSaver then saves at the step reached, and train raises
+    """Training's part of SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C):
+    `watch` (signals.SignalWatch; a new one by default) receives them, and the first signal
+    during the training loop stops training after the update under way, without the epoch's
+    evaluation; CheckpointSaver then saves at the step reached, and train raises
     StoppedBySignal. A signal before the loop (nothing trained yet), or a second one, ends
-    training at once (_Interrupted): checkpoints.save leaves the last complete checkpoint the
-    latest. In a run of several workers they vote after every update (one all-reduce), so
-    that every worker stops after the same update, whichever received the signal. (Before,
-    SIGTERM ended the trainer at once: the steps since the last checkpoint were lost and the
-    output folder's lock left behind.)"""
+    training at once (Interrupted): checkpoints.save leaves the last complete checkpoint the
+    latest. In a run of several workers they vote as training begins and after every update
+    (one all-reduce), so that every worker stops at the same step, whichever received the
+    signal."""
 
-    def __init__(self, multi_worker: bool):
+    def __init__(self, multi_worker: bool, watch: SignalWatch = None):
         super().__init__()
         self.multi_worker = multi_worker
-        self.signal_number = None  # the signal that stops training, here or on another worker
-        self.in_loop = False
+        self.watch = watch or SignalWatch()
 
-    @contextlib.contextmanager
+    @property
+    def signal_number(self):
+        return self.watch.signal_number
+
     def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {number: signal.signal(number, self._received) for number in STOPPING_SIGNALS}
-        try:
-            yield
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-
-    def _received(self, number, frame):
-        if not self.in_loop or self.signal_number is not None:
-            raise _Interrupted(number, second=self.signal_number is not None)
-        self.signal_number = number
-        logging.warning("%s received: training stops after the update under way, with a "
-                        "checkpoint (a second signal stops at once)", signal.Signals(number).name)
+        """The watch's handler in place within the context (installed again when the program
+        had it in place: TensorFlow may have put its own in between)."""
+        return self.watch.installed()
 
     def on_train_begin(self, logs=None):
-        self.in_loop = True
+        self.watch.in_loop = True
+        if self.multi_worker:  # a signal that some worker kept until now stops every one
+            self._vote()
 
     def on_train_batch_end(self, batch, logs=None):
-        received = self.signal_number
         if self.multi_worker:
-            votes = self.model.each_on_any_worker([received == number
-                                                   for number in STOPPING_SIGNALS])
-            received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote),
-                            None)
+            self._vote()
+        if self.watch.signal_number is not None:
+            self.model.stop_training = self.model.stop_at_once = True
+
+    def _vote(self):
+        """The signal any worker received (each worker's signal_number the same after it)."""
+        received = self.watch.signal_number
+        votes = self.model.each_on_any_worker([received == number
+                                               for number in STOPPING_SIGNALS])
+        received = next((number for number, vote in zip(STOPPING_SIGNALS, votes) if vote), None)
         if received is not None:
-            self.signal_number = received
+            self.watch.signal_number = received
             self.model.stop_training = self.model.stop_at_once = True
 
 
@@ -353,12 +342,14 @@ class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
     `train_steps` (epochs need not divide it). `after_first_save` (if any) is called once the
-    first checkpoint of this run is complete. `saved_step`: the step of the checkpoint training
+    first checkpoint of this run is complete; `check_before_save` (if any) before each save,
+    which it may refuse by raising. `saved_step`: the step of the checkpoint training
     resumed from, which is not saved again."""
 
     def __init__(self, manager, every_steps: int, train_steps: int, after_first_save=None,
-                 saved_step: int = None):
+                 saved_step: int = None, check_before_save=None):
         super().__init__()
+        self.check_before_save = check_before_save  # raises instead of saving bad weights
         self.manager = manager
         self.every_steps = every_steps
         self.train_steps = train_steps
@@ -367,6 +358,8 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def _save(self, step):
         if step != self.saved_step:
+            if self.check_before_save is not None:
+                self.check_before_save()
             logging.info("saved %s", checkpoints.save(self.manager, step))
             self.saved_step = step
             if self.after_first_save is not None:
@@ -445,16 +438,19 @@ def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig
 
 
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-          config: RunConfig = RunConfig(), callbacks=(), strategy=None):
+          config: RunConfig = RunConfig(), callbacks=(), strategy=None,
+          signal_watch: SignalWatch = None):
     """Trains to `config.train_steps` updates, or for `config.train_minutes` when they run out
     first, resuming from output_dir's latest checkpoint.
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
-    `strategy` defaults to distribution.choose_strategy(config.devices).
+    `strategy` defaults to distribution.choose_strategy(config.devices). `signal_watch`: the
+    program's SIGTERM and SIGINT handler, installed from its start (a new one by default).
 
     The inputs (problem, data, vocabulary) and the run recorded in output_dir are checked
-    before anything is written, and the chief holds output_dir's lock while it trains (outputs): a
-    second trainer started on the same folder is refused instead of writing the same
-    checkpoint names. A write that finds output_dir's disk full is a StorageError."""
+    before anything is written, and the chief opens output_dir through storage.outputs,
+    holding its lock while it trains: a second trainer started on the same folder is refused
+    instead of writing the same checkpoint names. A write that finds output_dir's disk full
+    is a StorageError."""
     problem = registry.problem(problem_name)
     strategy = strategy or distribution.choose_strategy(list(config.devices))
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
@@ -474,6 +470,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
                               mixed_precision=precision)
     keras.utils.set_random_seed(config.seed)
     allow_unverified = config.allow_unverified_data  # shards without a datagen manifest
+    logging.info("checking the data of %s in %s", problem_name, data_dir)
     problem.check_data(data_dir, ("train", "dev"), allow_unverified=allow_unverified)
     problem.check_batch_size(data_dir, hparams, replicas)  # a batch one pass cannot fill
     train_data = problem.dataset("train", data_dir, hparams, training=True,
@@ -484,7 +481,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocab_size = problem.vocab_size(data_dir)
     # The vocabulary the checkpoints were trained on, or a VocabularyError naming both files.
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
-    signal_stop = SignalStop(multi_worker=distribution.cluster_workers() > 1)
+    data_watch = DataWatch(problem, data_dir, ("train", "dev"), output_dir)  # as checked
+    signal_stop = SignalStop(distribution.cluster_workers() > 1, signal_watch)
     try:
         # The chief writes the folder; the other workers' writes are named by its flag too.
         with signal_stop.installed(), (outputs.opened(output) if chief else
@@ -492,10 +490,16 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
             try:
                 return _train_locked(problem_name, model_name, hparams, output_dir, config,
                                      callbacks if chief else (), strategy, jit_compile,
-                                     train_data, dev_data, vocab_size, vocabulary, signal_stop)
+                                     train_data, dev_data, vocab_size, vocabulary, signal_stop,
+                                     data_watch)
             except tf.errors.DataLossError as error:  # a shard damaged after the check
                 raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
-    except _Interrupted as interrupt:
+            except tf.errors.NotFoundError as error:  # a shard removed after the check
+                gone = data_watch.shard_gone_error(error)
+                if gone is None:
+                    raise
+                raise gone from None
+    except Interrupted as interrupt:
         name = signal.Signals(interrupt.signal_number).name
         latest = checkpoints.latest(output_dir)
         resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
@@ -529,10 +533,12 @@ def _resume_advice(damaged: str, restorable: str, output_dir: str) -> str:
 
 
 def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop):
+                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop,
+                  data_watch):
     """train() once the inputs are checked and output_dir is locked."""
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
+    run_id = checkpoints.new_run_id()  # kept in every checkpoint; a resume restores it
     with strategy.scope():
         model = build_model(model_name, hparams, vocab_size)
         optimizer = make_optimizer(hparams)
@@ -540,7 +546,7 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         latest = checkpoints.latest(output_dir)
         if latest:
             try:
-                checkpoints.restore(latest, model, optimizer)
+                checkpoints.restore(latest, model, optimizer, run_id)
             except checkpoints.DamagedCheckpointError as damaged:
                 raise damaged.advising(_resume_advice(latest, damaged.restorable,
                                                       output_dir)) from None
@@ -573,13 +579,20 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
                               config.log_every_steps, hparams, budget)
     with distribution.CheckpointDirectory(output_dir, strategy) as checkpoint_dir:
         manager = checkpoints.make_manager(checkpoint_dir, model, optimizer,
-                                           config.keep_checkpoint_max)
+                                           config.keep_checkpoint_max, run_id)
+        guard = NonFiniteLossGuard(output_dir)
+
+        def check_before_save():
+            data_watch.check()  # weights trained on other data are not saved
+            guard.check_weights()
+
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
-                                after_first_save=record, saved_step=step if latest else None)
+                                after_first_save=record, saved_step=step if latest else None,
+                                check_before_save=check_before_save)
         first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
         try:
             run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                     [first_update, NonFiniteLossGuard(output_dir), budget, signal_stop,
+                     [first_update, guard, budget, signal_stop,
                       monitor, *callbacks, saver], batches_per_update)
         finally:  # also when the first update fails
             first_update.on_train_end()

@@ -1,6 +1,7 @@
 """Checkpoint averaging (paper §6.1): the model variables of the last k checkpoints, averaged
 element by element, restore into a fresh model and load in the decoder."""
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -14,7 +15,7 @@ from t2t_lite.models.building import build_model
 from t2t_lite.storage.run_description import save_run_description, saved_run
 from t2t_lite.training import averaging, trainer
 
-from program_runs import TINY_MODEL, hparams_of, run_program
+from program_runs import TINY_MODEL, error_lines, hparams_of, run, run_program, trainer_flags
 
 VOCAB_SIZE = 12
 
@@ -104,3 +105,35 @@ def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
                          f"--out={out}")
     assert failed.returncode == 2
     assert f"error: {output_dir} has 3 checkpoints, fewer than the 9" in failed.stderr
+
+
+def test_checkpoints_of_two_runs_are_not_averaged(data_dir, trained_dir, tmp_path):
+    """Two runs with the same hparams: model.ckpt-1 of one and model.ckpt-2 of the other in
+    one folder are refused with one error naming each run's checkpoints, nothing written."""
+    other_run = tmp_path / "other"
+    code, out = run("trainer", *trainer_flags(data_dir, other_run, 2))
+    assert code == 0, out
+    mixed = tmp_path / "mixed"
+    shutil.copytree(trained_dir, mixed)
+    for path in other_run.glob("model.ckpt-2.*"):
+        shutil.copy(path, mixed / path.name)
+    out_path = tmp_path / "averaged" / "model.ckpt"
+    result = run_program("avg_checkpoints", f"--output_dir={mixed}", "--num_last=2",
+                         f"--out={out_path}")
+    assert result.returncode == 2, result.stdout + result.stderr
+    ids = [checkpoints.run_id_of(str(path)) for path in (trained_dir / "model.ckpt-1",
+                                                         other_run / "model.ckpt-2")]
+    assert error_lines(result.stderr) == [
+        f"error: the checkpoints to average are of different runs ({mixed}/model.ckpt-1 of run "
+        f"{ids[0]}; {mixed}/model.ckpt-2 of run {ids[1]}): their average copies neither; "
+        f"average the checkpoints of one run"], result.stderr
+    assert not (tmp_path / "averaged").exists()
+
+
+def test_a_resumed_run_keeps_its_run_id(data_dir, trained_dir, tmp_path):
+    resumed = tmp_path / "run"
+    shutil.copytree(trained_dir, resumed)
+    code, out = run("trainer", *trainer_flags(data_dir, resumed, 3))
+    assert code == 0, out
+    run_ids = {checkpoints.run_id_of(str(resumed / f"model.ckpt-{step}")) for step in (1, 2, 3)}
+    assert len(run_ids) == 1 and None not in run_ids

@@ -144,3 +144,75 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_update(data_dir, tmp_p
                             rf"\.ckpt-\1; the same command resumes from it", stopped[0][0])[1])
     assert tf.train.latest_checkpoint(str(output_dir)) == f"{output_dir}/model.ckpt-{step}"
     assert not (output_dir / "t2t_lite.lock").exists()
+
+
+def lines_until(stream, pattern: str) -> list:
+    """The lines read from `stream` up to and with the first that matches `pattern`."""
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if re.search(pattern, line):
+            break
+    return lines
+
+
+# The trainer's line before its checks of the data, after the strategy's creation: the moment
+# MultiWorkerMirroredStrategy's own SIGTERM handler had taken the place of Python's.
+CHECKING_DATA = r"checking the data of algorithmic_copy in "
+
+
+@pytest.mark.parametrize("number, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_before_training_began_is_one_line_and_writes_nothing(data_dir, tmp_path,
+                                                                        number, status):
+    output_dir = tmp_path / "run"
+    process = subprocess.Popen(program_command("trainer", *trainer_flags(data_dir, output_dir)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        before = lines_until(process.stderr, CHECKING_DATA)
+        process.send_signal(number)
+        out = "".join(before) + process.communicate(timeout=300)[1]
+    finally:
+        process.kill()
+    assert process.returncode == status, out
+    assert "Traceback" not in out, out
+    name = signal.Signals(number).name
+    assert [line for line in out.splitlines() if line.startswith("stopped by")] == [
+        f"stopped by {name} before training began: nothing written; the same command starts "
+        f"again"], out
+    assert not output_dir.exists()
+
+
+def test_a_sigterm_to_one_worker_before_training_began_stops_both(data_dir, tmp_path,
+                                                                  free_ports):
+    output_dir = tmp_path / "workers"
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
+    chief_log = tmp_path / "worker_0.log"
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        with open(chief_log if index == 0 else os.devnull, "w") as log:
+            workers.append(subprocess.Popen(
+                program_command("trainer", *flags), env=env,
+                stdout=subprocess.DEVNULL, stderr=log if index == 0 else subprocess.PIPE,
+                text=True))
+    try:
+        other = workers[1]
+        before = lines_until(other.stderr, CHECKING_DATA)
+        other.send_signal(signal.SIGTERM)
+        outputs = [None, "".join(before) + other.communicate(timeout=300)[1]]
+        statuses = [worker.wait(timeout=300) for worker in workers]
+        outputs[0] = chief_log.read_text()
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert statuses == [143, 143], outputs
+    assert all("Traceback" not in output for output in outputs), outputs
+    stopped = [[line for line in output.splitlines() if line.startswith("stopped by")]
+               for output in outputs]
+    # Both before the first update, at step 0, which the checkpoint there holds.
+    assert stopped[0] == stopped[1] == [
+        f"stopped by SIGTERM at step 0, before any update: {output_dir}/model.ckpt-0 holds "
+        f"it; the same command resumes from it"], outputs
+    assert not (output_dir / "t2t_lite.lock").exists()
