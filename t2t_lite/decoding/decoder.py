@@ -322,8 +322,8 @@ class TranslationsFile:
     """Where the decoder writes its translations, as they are done: `write` appends lines
     (in input order) and flushes them. A file is written under atomic_files' temporary name
     (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to
-    its own when the block ends without error, so a file at OUT is always whole and an earlier OUT stays until then (t2t, and t2t_lite before,
-    wrote OUT once every line was decoded). When a write fails or the block raises, the
+    its own when the block ends without error, so a file at OUT is always whole and an earlier
+    OUT stays until then (t2t wrote OUT once every line was decoded). When a write fails or the block raises, the
     temporary is removed and the lines written before are kept in OUT.partial (`partial_path`)
     instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
     flag, the file and what was kept, and any other error is preceded by a warning saying

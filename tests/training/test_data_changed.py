@@ -52,7 +52,8 @@ def test_a_data_folder_emptied_while_training_reads_it(data_dir, trained_dir, tm
                               f"gone ("), message
     assert message.endswith(
         f"stopped without a checkpoint of the updates since, which may have read other data "
-        f"(the latest checkpoint, {output_dir}/model.ckpt-2, was trained on the data as it was checked). "
+        f"(the latest checkpoint, {output_dir}/model.ckpt-2, was trained on the data as it was "
+        f"checked). "
         f"Once the data is complete, the same command checks it again and resumes"), message
     assert tf.train.latest_checkpoint(str(output_dir)) == f"{output_dir}/model.ckpt-2"
 
