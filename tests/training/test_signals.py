@@ -26,11 +26,8 @@ def test_a_signal_saves_a_checkpoint_releases_the_lock_and_the_same_command_resu
     flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
     process = subprocess.Popen(program_command("trainer", *flags),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    before = []
-    for line in process.stderr:  # until the first progress line: training is under way
-        before.append(line)
-        if re.search(r"step \d+/100000  loss", line):
-            break
+    # Until the first progress line: training is under way.
+    before = lines_until(process.stderr, r"step \d+/100000  loss")
     assert process.poll() is None, "".join(before)
     process.send_signal(number)
     try:
@@ -109,33 +106,8 @@ def test_a_second_signal_during_the_save_leaves_the_last_complete_checkpoint(
 def test_a_signal_to_one_worker_stops_both_after_the_same_update(data_dir, tmp_path,
                                                                  free_ports):
     output_dir = tmp_path / "workers"
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
-    chief_log = tmp_path / "worker_0.log"
-    workers = []
-    for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        # The chief's lines to a file: a full pipe that nobody reads would stop it.
-        with open(chief_log if index == 0 else os.devnull, "w") as log:
-            workers.append(subprocess.Popen(
-                program_command("trainer", *flags), env=env,
-                stdout=subprocess.DEVNULL, stderr=log if index == 0 else subprocess.PIPE,
-                text=True))
-    try:
-        other = workers[1]
-        before = []
-        for line in other.stderr:
-            before.append(line)
-            if re.search(r"step \d+/100000  loss", line):
-                break
-        other.send_signal(signal.SIGTERM)
-        outputs = [None, "".join(before) + other.communicate(timeout=300)[1]]
-        statuses = [worker.wait(timeout=300) for worker in workers]
-        outputs[0] = chief_log.read_text()
-    finally:
-        for worker in workers:
-            worker.kill()
+    statuses, outputs = sigterm_to_worker_1(data_dir, output_dir, tmp_path, free_ports,
+                                            r"step \d+/100000  loss")
     assert statuses == [143, 143], outputs
     stopped = [[line for line in output.splitlines() if line.startswith("stopped by")]
                for output in outputs]
@@ -185,28 +157,8 @@ def test_a_signal_before_training_began_is_one_line_and_writes_nothing(data_dir,
 def test_a_sigterm_to_one_worker_before_training_began_stops_both(data_dir, tmp_path,
                                                                   free_ports):
     output_dir = tmp_path / "workers"
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
-    chief_log = tmp_path / "worker_0.log"
-    workers = []
-    for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        with open(chief_log if index == 0 else os.devnull, "w") as log:
-            workers.append(subprocess.Popen(
-                program_command("trainer", *flags), env=env,
-                stdout=subprocess.DEVNULL, stderr=log if index == 0 else subprocess.PIPE,
-                text=True))
-    try:
-        other = workers[1]
-        before = lines_until(other.stderr, CHECKING_DATA)
-        other.send_signal(signal.SIGTERM)
-        outputs = [None, "".join(before) + other.communicate(timeout=300)[1]]
-        statuses = [worker.wait(timeout=300) for worker in workers]
-        outputs[0] = chief_log.read_text()
-    finally:
-        for worker in workers:
-            worker.kill()
+    statuses, outputs = sigterm_to_worker_1(data_dir, output_dir, tmp_path, free_ports,
+                                            CHECKING_DATA)
     assert statuses == [143, 143], outputs
     assert all("Traceback" not in output for output in outputs), outputs
     stopped = [[line for line in output.splitlines() if line.startswith("stopped by")]
@@ -216,3 +168,32 @@ def test_a_sigterm_to_one_worker_before_training_began_stops_both(data_dir, tmp_
         f"stopped by SIGTERM at step 0, before any update: {output_dir}/model.ckpt-0 holds "
         f"it; the same command resumes from it"], outputs
     assert not (output_dir / "t2t_lite.lock").exists()
+
+
+def sigterm_to_worker_1(data_dir, output_dir, tmp_path, free_ports, pattern: str) -> tuple:
+    """(exit statuses, outputs) of two trainer workers on 127.0.0.1 training the copy task in
+    output_dir, SIGTERM sent to worker 1 once it has printed a line matching `pattern`."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    flags = trainer_flags(data_dir, output_dir, 100_000, checkpoint_every=1000)
+    chief_log = tmp_path / "worker_0.log"
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        # The chief's lines to a file: a full pipe that nobody reads would stop it.
+        with open(chief_log if index == 0 else os.devnull, "w") as log:
+            workers.append(subprocess.Popen(
+                program_command("trainer", *flags), env=env,
+                stdout=subprocess.DEVNULL, stderr=log if index == 0 else subprocess.PIPE,
+                text=True))
+    try:
+        other = workers[1]
+        before = lines_until(other.stderr, pattern)
+        other.send_signal(signal.SIGTERM)
+        outputs = [None, "".join(before) + other.communicate(timeout=300)[1]]
+        statuses = [worker.wait(timeout=300) for worker in workers]
+        outputs[0] = chief_log.read_text()
+    finally:
+        for worker in workers:
+            worker.kill()
+    return statuses, outputs
