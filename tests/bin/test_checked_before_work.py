@@ -208,7 +208,7 @@ def test_inference_takes_the_record_with_its_own_precision():
     """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
     training reads is ignored: the hparams are the record's."""
     from t2t_lite import registry
-    from t2t_lite.bin.common import inference_hparams
+    from t2t_lite.bin.trained_run import inference_hparams
     recorded = registry.hparams("transformer_tiny").override_from_string(
         "mixed_precision=bfloat16,length_bucketing=each,learning_rate_constant=1.0")
     requested = recorded.override_from_string(
@@ -243,7 +243,7 @@ def test_memory_errors_are_told_from_others():
     """What `memory_errors_reported` turns into one line; a full disk stays a storage error
     and a bug keeps its traceback."""
     import tensorflow as tf
-    from t2t_lite.bin.common import is_out_of_memory
+    from t2t_lite.bin.memory_limits import is_out_of_memory
     assert is_out_of_memory(MemoryError())
     assert is_out_of_memory(RuntimeError("can't start new thread"))
     assert is_out_of_memory(tf.errors.ResourceExhaustedError(
