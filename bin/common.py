@@ -9,6 +9,7 @@ TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
 import os
+import re
 import sys
 
 from absl import app, flags, logging
@@ -109,8 +110,28 @@ def set_threads_from_flags():
 
 
 def hparams_from_flags():
-    hparams = registry.hparams(FLAGS.hparams_set)
-    return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
+    """The HParams of --hparams_set with the --hparams overrides; a FlagError naming the flag
+    for an unknown set (with what exists) or an override that is unknown or mistyped."""
+    try:
+        hparams = registry.hparams(FLAGS.hparams_set)
+    except registry.RegistryError as error:
+        raise FlagError(f"--hparams_set: {error}") from None
+    return overridden(hparams, FLAGS.hparams)
+
+
+def overridden(hparams, overrides: str):
+    """`hparams` with the --hparams `overrides` ("a=1,b=x") applied; a FlagError "--hparams:
+    ..." for an unknown name (with a did-you-mean and the known ones), a value of the wrong
+    type or hparams the model cannot be built with."""
+    from t2t_lite.hparams_lib import HParamsError
+    if not overrides:
+        return hparams
+    try:
+        return hparams.override_from_string(overrides)
+    except HParamsError as error:
+        # The flag names what hparams_lib calls "hparams override".
+        cause = re.sub(r"^hparams override:? ?", "", str(error))
+        raise FlagError(f"--hparams: {cause}") from None
 
 
 def check_inputs_reachable(*names: str):
@@ -145,7 +166,7 @@ def trained_run_from_flags(run_dir: str = None):
     if FLAGS.hparams_set:
         requested = hparams_from_flags()
     else:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
-        requested = recorded.override_from_string(FLAGS.hparams) if FLAGS.hparams else recorded
+        requested = overridden(recorded, FLAGS.hparams)
     hparams = trained_run.inference_hparams(recorded, requested, path, _hparams_flags_given())
     return problem, run.get("model", FLAGS.model), hparams
 

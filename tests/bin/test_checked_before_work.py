@@ -204,6 +204,30 @@ def test_an_override_of_the_trained_models_shape_is_refused_naming_both_values(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("program, flags, start", [
+    ("trainer", ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
+                 "--hparams=hiden_size=4"],
+     "error: --hparams: unknown hparam 'hiden_size'. Did you mean 'hidden_size'? Known "
+     "hparams: attention_dropout, "),
+    ("decoder", ["--hparams=num_heads=two", "--decode_from_file=/dev/null"],
+     "error: --hparams: num_heads='two': expected int"),
+    ("exporter", ["--hparams_set=transformer_tny", "--export_dir=E"],
+     "error: --hparams_set: unknown hparams set 'transformer_tny'. Did you mean "
+     "'transformer_tiny'? Registered hparams sets: "),
+])
+def test_a_bad_hparams_override_or_set_names_its_flag(untrained_model_dir, tmp_path, program,
+                                                      flags, start):
+    """In every program, beside a record or not, before anything is written."""
+    data_dir, output_dir = untrained_model_dir
+    if program == "trainer":
+        output_dir = tmp_path / "out"
+    code, out = run(program, f"--data_dir={data_dir}", f"--output_dir={output_dir}", *flags,
+                    cwd=tmp_path)
+    errors = error_lines(out)
+    assert code == 2 and len(errors) == 1 and errors[0].startswith(start), out
+    assert os.listdir(tmp_path) == []
+
+
 def test_inference_takes_the_record_with_its_own_precision():
     """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
     training reads is ignored: the hparams are the record's."""
