@@ -150,25 +150,33 @@ def check_inputs_reachable(*names: str):
 def trained_run_from_flags(run_dir: str = None):
     """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
     folder with the hparams.json of an exported model): from the hparams.json the trainer
-    wrote there, with what --hparams_set and --hparams may change for inference
-    (`trained_run.inference_hparams`); from the flags alone when there is none (t2t-decoder
-    took them from the flags only)."""
+    wrote there, where --problem and --model may only repeat the record
+    (`trained_run.recorded_names`) and --hparams_set and --hparams change only what inference
+    may (`trained_run.inference_hparams`); from the flags alone when there is none
+    (t2t-decoder took them from the flags only)."""
     run_dir = run_dir or FLAGS.output_dir
     run, path = trained_run.recorded_run(run_dir)
-    problem = FLAGS.problem or run.get("problem")
-    if not problem:
-        raise FlagError("--problem is required (no hparams.json in --output_dir)")
     recorded = run.get("hparams")
     if recorded is None:
-        if not FLAGS.hparams_set:
-            raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
-        return problem, FLAGS.model, hparams_from_flags()
+        return _unrecorded_run_from_flags()
+    model_given = FLAGS.model if FLAGS["model"].present else None
+    problem, model = trained_run.recorded_names(run, path, FLAGS.problem, model_given)
     if FLAGS.hparams_set:
         requested = hparams_from_flags()
     else:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
         requested = overridden(recorded, FLAGS.hparams)
     hparams = trained_run.inference_hparams(recorded, requested, path, _hparams_flags_given())
-    return problem, run.get("model", FLAGS.model), hparams
+    return problem, model, hparams
+
+
+def _unrecorded_run_from_flags():
+    """(problem name, model name, hparams) of the flags alone, for a folder without an
+    hparams.json; a FlagError when --problem or --hparams_set is missing."""
+    if not FLAGS.problem:
+        raise FlagError("--problem is required (no hparams.json in --output_dir)")
+    if not FLAGS.hparams_set:
+        raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
+    return FLAGS.problem, FLAGS.model, hparams_from_flags()
 
 
 def _hparams_flags_given() -> str:

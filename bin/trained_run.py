@@ -28,6 +28,23 @@ def recorded_run(run_dir: str) -> tuple:
     return saved_run(run_dir), description_path(run_dir)
 
 
+def recorded_names(run: dict, path: str, problem: str = None, model: str = None) -> tuple:
+    """(problem name, model name) of the `run` recorded in `path`: the record's. A `problem`
+    or `model` requested (None: not asked for) that differs from it is a FlagError naming
+    the flag, the recorded and the requested name and `path`: the checkpoint holds the
+    recorded model's weights, trained on the recorded problem's data."""
+    requested = {"problem": problem, "model": model}
+    refused = {name: (run[name], value) for name, value in requested.items()
+               if value is not None and value != run[name]}
+    if refused:
+        given = " ".join(f"--{name}={value}" for name, (_, value) in refused.items())
+        raise FlagError(
+            f"{given} differs from the trained model: {_listed(refused, path)}. A trained "
+            f"model is decoded and exported with the problem and model it was trained on: "
+            f"drop {'them' if len(refused) > 1 else 'it'} from the flags")
+    return run["problem"], run["model"]
+
+
 def inference_hparams(recorded, requested, path: str, given: str):
     """The hparams to decode or export the model recorded in `path` (its hparams `recorded`)
     with, when the flags `given` ask for `requested`: the record, with requested

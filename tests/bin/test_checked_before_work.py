@@ -228,6 +228,43 @@ def test_a_bad_hparams_override_or_set_names_its_flag(untrained_model_dir, tmp_p
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("program, flags, refused", [
+    ("decoder", ["--problem=algorithmic_reverse", "--decode_from_file=/dev/null",
+                 "--decode_to_file=out.txt"],
+     "--problem=algorithmic_reverse differs from the trained model: problem: "
+     "'algorithmic_copy' in {}, 'algorithmic_reverse' requested"),
+    ("exporter", ["--model=universal_transformer", "--export_dir=E"],
+     "--model=universal_transformer differs from the trained model: model: 'transformer' in "
+     "{}, 'universal_transformer' requested"),
+])
+def test_a_problem_or_model_other_than_the_records_is_refused(untrained_model_dir, tmp_path,
+                                                              program, flags, refused):
+    """The checkpoint holds the recorded model, trained on the recorded problem: a --problem
+    was used as given, a --model ignored, without a word."""
+    data_dir, output_dir = untrained_model_dir
+    code, out = run(program, f"--data_dir={data_dir}", f"--output_dir={output_dir}", *flags,
+                    cwd=tmp_path)
+    assert code == 2 and error_lines(out) == [
+        f"error: {refused.format(f'{output_dir}/hparams.json')}. A trained model is decoded "
+        "and exported with the problem and model it was trained on: drop it from the "
+        "flags"], out
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_records_problem_and_model_may_be_repeated():
+    from t2t_lite.bin.trained_run import recorded_names
+    from t2t_lite.errors import FlagError
+    run = {"problem": "algorithmic_copy", "model": "transformer"}
+    assert recorded_names(run, "O/hparams.json") == ("algorithmic_copy", "transformer")
+    assert recorded_names(run, "O/hparams.json", "algorithmic_copy", "transformer") == \
+        ("algorithmic_copy", "transformer")
+    with pytest.raises(FlagError, match="^--problem=algorithmic_reverse --model=lstm differs "
+                       "from the trained model: problem: 'algorithmic_copy' in O/hparams.json, "
+                       "'algorithmic_reverse' requested; model: 'transformer' in "
+                       "O/hparams.json, 'lstm' requested. .*: drop them from the flags$"):
+        recorded_names(run, "O/hparams.json", "algorithmic_reverse", "lstm")
+
+
 def test_inference_takes_the_record_with_its_own_precision():
     """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
     training reads is ignored: the hparams are the record's."""
