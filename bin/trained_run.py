@@ -38,10 +38,12 @@ def recorded_names(run: dict, path: str, problem: str = None, model: str = None)
                if value is not None and value != run[name]}
     if refused:
         given = " ".join(f"--{name}={value}" for name, (_, value) in refused.items())
+        several = len(refused) > 1
         raise FlagError(
-            f"{given} differs from the trained model: {_listed(refused, path)}. A trained "
-            f"model is decoded and exported with the problem and model it was trained on: "
-            f"drop {'them' if len(refused) > 1 else 'it'} from the flags")
+            f"{given} {'differ' if several else 'differs'} from the trained model: "
+            f"{_listed(refused, path)}. A trained model is decoded and exported with the "
+            f"problem and model it was trained on: drop {'them' if several else 'it'} from "
+            f"the flags")
     return run["problem"], run["model"]
 
 

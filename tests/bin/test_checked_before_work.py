@@ -258,7 +258,7 @@ def test_the_records_problem_and_model_may_be_repeated():
     assert recorded_names(run, "O/hparams.json") == ("algorithmic_copy", "transformer")
     assert recorded_names(run, "O/hparams.json", "algorithmic_copy", "transformer") == \
         ("algorithmic_copy", "transformer")
-    with pytest.raises(FlagError, match="^--problem=algorithmic_reverse --model=lstm differs "
+    with pytest.raises(FlagError, match="^--problem=algorithmic_reverse --model=lstm differ "
                        "from the trained model: problem: 'algorithmic_copy' in O/hparams.json, "
                        "'algorithmic_reverse' requested; model: 'transformer' in "
                        "O/hparams.json, 'lstm' requested. .*: drop them from the flags$"):
