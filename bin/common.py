@@ -1,5 +1,6 @@
 """What every t2t_lite program shares: its start (a quiet TensorFlow), the run flags, and
-errors that end the program with one clear line instead of a traceback.
+errors that end the program with one clear line instead of a traceback. The address-space
+limit and memory that runs out are `memory_limits`'; a trained model's record, `trained_run`'s.
 
 Importing this module, or a program's, changes nothing in the process: no environment
 variable, no file descriptor, no TensorFlow. A program's `run()` calls `start`, which does it
@@ -8,123 +9,29 @@ TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
 import os
+import re
 import sys
 
 from absl import app, flags, logging
 
 from t2t_lite import registry
+from t2t_lite.bin import memory_limits, trained_run
 from t2t_lite.errors import FlagError, UserError
 
 FLAGS = flags.FLAGS
 
 
-# The address space (ulimit -v, RLIMIT_AS) TensorFlow 2.21 takes to load and start its
-# thread pools, before any work: 1.54 GiB on 2 CPU cores with MALLOC_ARENAS_UNDER_A_LIMIT
-# (VmPeak; more with more cores). Under a lower limit every program dies in native code (a
-# thread that cannot be created aborts, a library fails to map), so `check_address_space`
-# refuses it first.
-TENSORFLOW_ADDRESS_SPACE = int(1.5 * 2**30)
-# glibc's malloc gives threads that allocate at once arenas of their own, each reserving 64 MB
-# of address space (up to 8 per core): under ulimit -v those reservations, not the memory
-# used, make TensorFlow's threads fail to start (the decoder of a small model reserved 2.16 GB
-# on 2 cores, 1.82 GB with 2 arenas). Under a limit, malloc keeps to this many.
-MALLOC_ARENAS_UNDER_A_LIMIT = 2
-M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
-
-
 def start(main, define_flags):
-    """Runs a program: under ulimit -v, fewer malloc arenas (MALLOC_ARENAS_UNDER_A_LIMIT) and
-    `check_address_space`; `load_tensorflow`, then `define_flags()` (flags
-    may take the library's defaults, which load TensorFlow), then `main` through `run_main`;
-    memory that runs out where Python sees it is one error line (`memory_errors_reported`)."""
-    if address_space_limit() is not None:
-        _limit_malloc_arenas(MALLOC_ARENAS_UNDER_A_LIMIT)
-    check_address_space()
-    with memory_errors_reported():
-        load_tensorflow()
+    """Runs a program: `memory_limits.prepare_for_the_limit` (under ulimit -v), then
+    `load_tensorflow`, then `define_flags()` (flags may take the library's defaults, which
+    load TensorFlow), then `main` through `run_main`; memory that runs out where Python sees
+    it is one error line (`memory_limits.memory_errors_reported`)."""
+    with _user_errors_reported():
+        memory_limits.prepare_for_the_limit()
+        with memory_limits.memory_errors_reported():
+            load_tensorflow()
     define_flags()
     run_main(main)
-
-
-def address_space_limit():
-    """The soft limit of this process' address space (ulimit -v) in bytes; None without."""
-    import resource
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _limit_malloc_arenas(arenas: int):
-    """glibc's mallopt(M_ARENA_MAX, arenas), what MALLOC_ARENA_MAX=arenas sets at a process'
-    start; must run before the threads that would make more (TensorFlow's). Nothing where the
-    C library is not glibc."""
-    import ctypes
-    try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):  # no mallopt: not glibc
-        pass
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / 2**20:,.0f} MB"
-
-
-def check_address_space():
-    """Ends the program with one error line when ulimit -v is below what TensorFlow takes to
-    start (TENSORFLOW_ADDRESS_SPACE): it would otherwise abort in native code with no word
-    of memory (exit status 127 or 134)."""
-    limit = address_space_limit()
-    if limit is not None and limit < TENSORFLOW_ADDRESS_SPACE:
-        exit_with_error(
-            f"the address space is limited to {_megabytes(limit)} (ulimit -v) and TensorFlow "
-            f"takes about {_megabytes(TENSORFLOW_ADDRESS_SPACE)} of it to start, before any "
-            f"work: raise the limit (ulimit -v unlimited)")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` says memory (or address space) ran out: MemoryError, Python's "can't
-    start new thread", a library that could not be mapped, TensorFlow's OOM
-    (ResourceExhaustedError; not a full disk, which storage_errors reports) or an aborted
-    operation whose allocation failed."""
-    message = str(error).lower()
-    if isinstance(error, MemoryError):
-        return True
-    if isinstance(error, RuntimeError) and "can't start new thread" in message:
-        return True
-    if isinstance(error, ImportError) and "failed to map segment" in message:
-        return True
-    tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return False
-    if isinstance(error, tf.errors.ResourceExhaustedError):
-        return "no space left" not in message and ("oom" in message or "alloc" in message)
-    if isinstance(error, tf.errors.AbortedError):
-        return "alloc" in message or "memory" in message
-    return False
-
-
-def out_of_memory_message(error: BaseException) -> str:
-    """One line: memory ran out, the error's kind and first line, the address-space limit
-    (ulimit -v) if any, and what to do."""
-    from t2t_lite.storage.output_paths import one_line
-    cause = one_line(getattr(error, "message", None) or error) or "no message"
-    limit = address_space_limit()
-    where = (f"the address space is limited to {_megabytes(limit)} (ulimit -v): raise the "
-             f"limit (ulimit -v unlimited)" if limit is not None else
-             "free memory (other programs)")
-    return (f"memory ran out ({type(error).__name__}: {cause}); {where}, or ask for less "
-            f"(the decoder: --decode_hparams=batch_size=8,parallel_batches=1)")
-
-
-@contextlib.contextmanager
-def memory_errors_reported():
-    """Runs the block; memory that runs out in it (`is_out_of_memory`) ends the program with
-    one error line saying so (`out_of_memory_message`), status 2; other errors go on."""
-    try:
-        yield
-    except Exception as error:  # any kind can say memory ran out; the others go on
-        if not is_out_of_memory(error):
-            raise
-        exit_with_error(out_of_memory_message(error))
 
 
 def load_tensorflow():
@@ -203,8 +110,28 @@ def set_threads_from_flags():
 
 
 def hparams_from_flags():
-    hparams = registry.hparams(FLAGS.hparams_set)
-    return hparams.override_from_string(FLAGS.hparams) if FLAGS.hparams else hparams
+    """The HParams of --hparams_set with the --hparams overrides; a FlagError naming the flag
+    for an unknown set (with what exists) or an override that is unknown or mistyped."""
+    try:
+        hparams = registry.hparams(FLAGS.hparams_set)
+    except registry.RegistryError as error:
+        raise FlagError(f"--hparams_set: {error}") from None
+    return overridden(hparams, FLAGS.hparams)
+
+
+def overridden(hparams, overrides: str):
+    """`hparams` with the --hparams `overrides` ("a=1,b=x") applied; a FlagError "--hparams:
+    ..." for an unknown name (with a did-you-mean and the known ones), a value of the wrong
+    type or hparams the model cannot be built with."""
+    from t2t_lite.hparams_lib import HParamsError
+    if not overrides:
+        return hparams
+    try:
+        return hparams.override_from_string(overrides)
+    except HParamsError as error:
+        # The flag names what hparams_lib calls "hparams override".
+        cause = re.sub(r"^hparams override:? ?", "", str(error))
+        raise FlagError(f"--hparams: {cause}") from None
 
 
 def check_inputs_reachable(*names: str):
@@ -220,43 +147,36 @@ def check_inputs_reachable(*names: str):
             output_paths.check_reachable(path, f"--{name}={path}")
 
 
-# What decoding or exporting a trained model may take other than its hparams.json records:
-# the dtype it computes in (its float32 weights are cast once when loaded).
-INFERENCE_SETTINGS = frozenset({"mixed_precision"})
-# What only training reads (the optimiser, its schedule, dropout, the loss, the batches and
-# the initializer, whose values the checkpoint replaces): ignored beside a record.
-TRAINING_ONLY = frozenset({
-    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
-    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
-    "optimizer_multistep_accumulate_steps", "layer_prepostprocess_dropout", "attention_dropout",
-    "relu_dropout", "label_smoothing", "output_layer_chunk_rows", "initializer_gain",
-    "batch_size", "max_length", "min_length_bucket", "length_bucket_step", "length_bucketing"})
-
-
 def trained_run_from_flags(run_dir: str = None):
     """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
     folder with the hparams.json of an exported model): from the hparams.json the trainer
-    wrote there, with what --hparams_set and --hparams may change for inference
-    (`inference_hparams`); from the flags alone when there is none (t2t-decoder took them
-    from the flags only)."""
-    from t2t_lite.storage.run_description import description_path, saved_run
+    wrote there, where --problem and --model may only repeat the record
+    (`trained_run.recorded_names`) and --hparams_set and --hparams change only what inference
+    may (`trained_run.inference_hparams`); from the flags alone when there is none
+    (t2t-decoder took them from the flags only)."""
     run_dir = run_dir or FLAGS.output_dir
-    run = saved_run(run_dir)
-    problem = FLAGS.problem or run.get("problem")
-    if not problem:
-        raise FlagError("--problem is required (no hparams.json in --output_dir)")
+    run, path = trained_run.recorded_run(run_dir)
     recorded = run.get("hparams")
     if recorded is None:
-        if not FLAGS.hparams_set:
-            raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
-        return problem, FLAGS.model, hparams_from_flags()
+        return _unrecorded_run_from_flags()
+    model_given = FLAGS.model if FLAGS["model"].present else None
+    problem, model = trained_run.recorded_names(run, path, FLAGS.problem, model_given)
     if FLAGS.hparams_set:
         requested = hparams_from_flags()
     else:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
-        requested = recorded.override_from_string(FLAGS.hparams) if FLAGS.hparams else recorded
-    hparams = inference_hparams(recorded, requested, description_path(run_dir),
-                                _hparams_flags_given())
-    return problem, run.get("model", FLAGS.model), hparams
+        requested = overridden(recorded, FLAGS.hparams)
+    hparams = trained_run.inference_hparams(recorded, requested, path, _hparams_flags_given())
+    return problem, model, hparams
+
+
+def _unrecorded_run_from_flags():
+    """(problem name, model name, hparams) of the flags alone, for a folder without an
+    hparams.json; a FlagError when --problem or --hparams_set is missing."""
+    if not FLAGS.problem:
+        raise FlagError("--problem is required (no hparams.json in --output_dir)")
+    if not FLAGS.hparams_set:
+        raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
+    return FLAGS.problem, FLAGS.model, hparams_from_flags()
 
 
 def _hparams_flags_given() -> str:
@@ -264,41 +184,6 @@ def _hparams_flags_given() -> str:
     given = [f"--{name}={FLAGS[name].value}" for name in ("hparams_set", "hparams")
              if FLAGS[name].value]
     return " ".join(given)
-
-
-def inference_hparams(recorded, requested, path: str, given: str):
-    """The hparams to decode or export the model recorded in `path` (its hparams `recorded`)
-    with, when the flags `given` ask for `requested`: the record, with requested
-    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A
-    TRAINING_ONLY difference is ignored with a warning; any other (the model's shape or
-    computation: num_hidden_layers, hidden_size, the norms, the timing signal ...) is a
-    FlagError naming each hparam, the recorded and the requested value, and `path`: a
-    checkpoint restores into a model of another shape by dropping or missing weights
-    without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
-    for name in ("mixed_precision", "length_bucketing"):  # "auto": the trainer's choice
-        if getattr(requested, name) == "auto":
-            requested = requested.replace(**{name: getattr(recorded, name)})
-    before, after = recorded.to_dict(), requested.to_dict()
-    changed = {name: (before[name], after[name]) for name in before
-               if before[name] != after[name]}
-    refused = {name: values for name, values in changed.items()
-               if name not in INFERENCE_SETTINGS | TRAINING_ONLY}
-    if refused:
-        raise FlagError(
-            f"{given} changes the trained model: {_listed(refused, path)}. A trained model is "
-            f"decoded and exported as it was trained (only mixed_precision may change): drop "
-            f"{'them' if len(refused) > 1 else 'it'} from the flags")
-    ignored = {name: values for name, values in changed.items() if name in TRAINING_ONLY}
-    if ignored:
-        logging.warning("%s: ignored, only training reads them: %s", given,
-                        _listed(ignored, path))
-    return recorded.replace(**{name: after[name] for name in changed
-                               if name in INFERENCE_SETTINGS})
-
-
-def _listed(changes: dict, path: str) -> str:
-    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
-                     for name, (before, after) in changes.items())
 
 
 def refuse_decode_hparams(names, reason: str):
@@ -339,15 +224,21 @@ def parse_flags(argv):
 
 def run_main(main):
     """absl's app.run, with errors the user can fix (t2t_lite.errors.UserError, flag errors:
-    parse_flags, and memory that runs out: memory_errors_reported) reported as one
-    `error: ...` line and exit status 2; any other exception is a bug and keeps its
+    parse_flags, and memory that runs out: memory_limits.memory_errors_reported) reported as
+    one `error: ...` line and exit status 2; any other exception is a bug and keeps its
     traceback."""
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()
-        try:
-            with memory_errors_reported():
-                return main(argv)
-        except UserError as error:
-            exit_with_error(str(error))
+        with _user_errors_reported(), memory_limits.memory_errors_reported():
+            return main(argv)
     app.run(guarded, flags_parser=parse_flags)
+
+
+@contextlib.contextmanager
+def _user_errors_reported():
+    """Runs the block; a UserError in it ends the program with its one `error:` line."""
+    try:
+        yield
+    except UserError as error:
+        exit_with_error(str(error))

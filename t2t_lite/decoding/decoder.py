@@ -174,6 +174,8 @@ class Translator:
     # Batches sorted by length together and written together: 2,048 lines at the default
     # batch_size, so that a test set of a few thousand lines keeps almost all of the gain.
     WINDOW_BATCHES = 64
+    # How often a wait for a batch searched in another thread checks that the threads live.
+    THREAD_CHECK_SECONDS = 1.0
 
     def __init__(self, model, encoders: dict, search_hparams: SearchHParams = None,
                  max_input_length: int = None, source_name: str = "input",
@@ -259,6 +261,23 @@ class Translator:
         def search_batch(indices):
             return (indices,) + tuple(self.search_rows([encoded[i] for i in indices]))
 
+        def searched_in_order(pool):
+            """search_batch of each batch, in order, in the pool's threads. A batch not done
+            while a thread of the pool has ended is a MemoryError: a thread whose start fails
+            inside it for want of memory ("Exception ignored in thread started by") ends
+            without the result of the batch it took, which would be waited for for ever."""
+            futures = [pool.submit(search_batch, batch) for batch in batches]
+            for future in futures:
+                while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
+                    # The pool's own set of its threads, which end only when it shuts down.
+                    ended = [thread for thread in pool._threads if not thread.is_alive()]
+                    if ended:
+                        raise MemoryError(
+                            f"{len(ended)} of the {threads} threads that search batches at "
+                            f"once ended before their batch was searched (a thread that "
+                            f"cannot get the memory it starts with ends so)")
+                yield future.result()
+
         threads = min(self.parallel_batches, max(len(batches), 1))
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
         # scope, and starts no pool.
@@ -266,7 +285,7 @@ class Translator:
         try:
             with progress_bar("decoding", total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
-                searched = (pool.map if pool else map)(search_batch, batches)
+                searched = searched_in_order(pool) if pool else map(search_batch, batches)
                 for first, end, window_batches in windows:
                     for indices, ids, batch_scores in itertools.islice(searched,
                                                                        len(window_batches)):

@@ -204,11 +204,72 @@ def test_an_override_of_the_trained_models_shape_is_refused_naming_both_values(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("program, flags, start", [
+    ("trainer", ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
+                 "--hparams=hiden_size=4"],
+     "error: --hparams: unknown hparam 'hiden_size'. Did you mean 'hidden_size'? Known "
+     "hparams: attention_dropout, "),
+    ("decoder", ["--hparams=num_heads=two", "--decode_from_file=/dev/null"],
+     "error: --hparams: num_heads='two': expected int"),
+    ("exporter", ["--hparams_set=transformer_tny", "--export_dir=E"],
+     "error: --hparams_set: unknown hparams set 'transformer_tny'. Did you mean "
+     "'transformer_tiny'? Registered hparams sets: "),
+])
+def test_a_bad_hparams_override_or_set_names_its_flag(untrained_model_dir, tmp_path, program,
+                                                      flags, start):
+    """In every program, beside a record or not, before anything is written."""
+    data_dir, output_dir = untrained_model_dir
+    if program == "trainer":
+        output_dir = tmp_path / "out"
+    code, out = run(program, f"--data_dir={data_dir}", f"--output_dir={output_dir}", *flags,
+                    cwd=tmp_path)
+    errors = error_lines(out)
+    assert code == 2 and len(errors) == 1 and errors[0].startswith(start), out
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("program, flags, refused", [
+    ("decoder", ["--problem=algorithmic_reverse", "--decode_from_file=/dev/null",
+                 "--decode_to_file=out.txt"],
+     "--problem=algorithmic_reverse differs from the trained model: problem: "
+     "'algorithmic_copy' in {}, 'algorithmic_reverse' requested"),
+    ("exporter", ["--model=universal_transformer", "--export_dir=E"],
+     "--model=universal_transformer differs from the trained model: model: 'transformer' in "
+     "{}, 'universal_transformer' requested"),
+])
+def test_a_problem_or_model_other_than_the_records_is_refused(untrained_model_dir, tmp_path,
+                                                              program, flags, refused):
+    """The checkpoint holds the recorded model, trained on the recorded problem: a --problem
+    was used as given, a --model ignored, without a word."""
+    data_dir, output_dir = untrained_model_dir
+    code, out = run(program, f"--data_dir={data_dir}", f"--output_dir={output_dir}", *flags,
+                    cwd=tmp_path)
+    assert code == 2 and error_lines(out) == [
+        f"error: {refused.format(f'{output_dir}/hparams.json')}. A trained model is decoded "
+        "and exported with the problem and model it was trained on: drop it from the "
+        "flags"], out
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_records_problem_and_model_may_be_repeated():
+    from t2t_lite.bin.trained_run import recorded_names
+    from t2t_lite.errors import FlagError
+    run = {"problem": "algorithmic_copy", "model": "transformer"}
+    assert recorded_names(run, "O/hparams.json") == ("algorithmic_copy", "transformer")
+    assert recorded_names(run, "O/hparams.json", "algorithmic_copy", "transformer") == \
+        ("algorithmic_copy", "transformer")
+    with pytest.raises(FlagError, match="^--problem=algorithmic_reverse --model=lstm differ "
+                       "from the trained model: problem: 'algorithmic_copy' in O/hparams.json, "
+                       "'algorithmic_reverse' requested; model: 'transformer' in "
+                       "O/hparams.json, 'lstm' requested. .*: drop them from the flags$"):
+        recorded_names(run, "O/hparams.json", "algorithmic_reverse", "lstm")
+
+
 def test_inference_takes_the_record_with_its_own_precision():
     """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
     training reads is ignored: the hparams are the record's."""
     from t2t_lite import registry
-    from t2t_lite.bin.common import inference_hparams
+    from t2t_lite.bin.trained_run import inference_hparams
     recorded = registry.hparams("transformer_tiny").override_from_string(
         "mixed_precision=bfloat16,length_bucketing=each,learning_rate_constant=1.0")
     requested = recorded.override_from_string(
@@ -243,7 +304,7 @@ def test_memory_errors_are_told_from_others():
     """What `memory_errors_reported` turns into one line; a full disk stays a storage error
     and a bug keeps its traceback."""
     import tensorflow as tf
-    from t2t_lite.bin.common import is_out_of_memory
+    from t2t_lite.bin.memory_limits import is_out_of_memory
     assert is_out_of_memory(MemoryError())
     assert is_out_of_memory(RuntimeError("can't start new thread"))
     assert is_out_of_memory(tf.errors.ResourceExhaustedError(

@@ -36,7 +36,8 @@ print(json.dumps({"environment": [k for k in set(before[0]) | set(after[0])
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists descriptors in /proc")
 @pytest.mark.parametrize("module", ["t2t_lite.bin.common", "t2t_lite.bin.trainer",
                                     "t2t_lite.bin.datagen", "t2t_lite.bin.decoder",
-                                    "t2t_lite.bin.exporter", "t2t_lite.bin.avg_checkpoints"])
+                                    "t2t_lite.bin.exporter", "t2t_lite.bin.avg_checkpoints",
+                                    "t2t_lite.bin.memory_limits", "t2t_lite.bin.trained_run"])
 def test_importing_leaves_the_environment_and_file_descriptors_untouched(module):
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", PROGRAM.replace("MODULE", module)],

@@ -1,5 +1,6 @@
 """Text in, text out: every input line gets one output line, in order, whatever the line."""
 import logging
+import re
 
 import keras
 import pytest
@@ -68,3 +69,42 @@ def test_parallel_batches_default_to_one_per_cpu_core_without_a_gpu(monkeypatch)
     monkeypatch.setattr(decoder.tf.config, "list_physical_devices",
                         lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
     assert decoder.parallel_batches_for(decoder.TranslatorHParams()) == 1
+
+
+def test_a_thread_that_dies_starting_ends_the_decoding_with_the_memory_line(translator,
+                                                                          monkeypatch):
+    """A thread of those that search batches at once whose start fails inside it (under
+    ulimit -v: "Exception ignored in thread started by ... MemoryError") never searches its
+    batch: the decoding ends with memory_errors_reported's line instead of waiting for ever.
+    The decoding runs in a thread of its own, so that the test ends even when it would."""
+    import concurrent.futures.thread
+    import threading
+    from t2t_lite.bin import memory_limits
+
+    def start_that_fails(*args):
+        raise MemoryError("cannot allocate the thread's state")
+
+    died, ended = [], []
+    monkeypatch.setattr(concurrent.futures.thread, "_worker", start_that_fails)
+    monkeypatch.setattr(threading, "excepthook", lambda hook: died.append(hook.exc_type))
+    two_at_once = decoder.Translator(
+        translator.model, translator.encoders, translator.search_hparams, max_input_length=20,
+        translator_hparams=decoder.TranslatorHParams(batch_size=4, parallel_batches=2))
+
+    def decode():
+        try:
+            with memory_limits.memory_errors_reported():
+                two_at_once.translate(["1 2", "3 4 5"] * 4, show_progress=False)
+        except memory_limits.MemoryLimitError as error:
+            ended.append(str(error))
+
+    decoding = threading.Thread(target=decode, daemon=True)
+    decoding.start()
+    decoding.join(timeout=120)  # a bound for a decoding that waits for ever
+    assert not decoding.is_alive(), "the decoding waits for the batches of threads that died"
+    assert died == [MemoryError, MemoryError]
+    assert len(ended) == 1 and re.match(
+        r"memory ran out \(MemoryError: [12] of the 2 threads that search batches at once "
+        r"ended before their batch was searched \(a thread that cannot get the memory it "
+        r"starts with ends so\)\); ", ended[0]), ended
+    assert "--decode_hparams=batch_size=8,parallel_batches=1" in ended[0]
