@@ -9,7 +9,6 @@ TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
 import os
-import re
 import sys
 
 from absl import app, flags, logging
@@ -120,18 +119,17 @@ def hparams_from_flags():
 
 
 def overridden(hparams, overrides: str):
-    """`hparams` with the --hparams `overrides` ("a=1,b=x") applied; a FlagError "--hparams:
+    """`hparams` with the --hparams `overrides` ("a=1,b=x") applied; an error "--hparams:
     ..." for an unknown name (with a did-you-mean and the known ones), a value of the wrong
     type or hparams the model cannot be built with."""
-    from t2t_lite.hparams_lib import HParamsError
+    from t2t_lite.hparams_lib import HParamsError, parse_overrides
     if not overrides:
         return hparams
+    changes = parse_overrides(overrides, hparams, "--hparams")  # its errors name the flag
     try:
-        return hparams.override_from_string(overrides)
-    except HParamsError as error:
-        # The flag names what hparams_lib calls "hparams override".
-        cause = re.sub(r"^hparams override:? ?", "", str(error))
-        raise FlagError(f"--hparams: {cause}") from None
+        return hparams.replace(**changes)
+    except HParamsError as error:  # a value the model cannot be built with
+        raise FlagError(f"--hparams: {error}") from None
 
 
 def check_inputs_reachable(*names: str):

@@ -130,9 +130,10 @@ class HParams:
     def replace(self, **changes) -> "HParams":
         return dataclasses.replace(self, **changes)
 
-    def override_from_string(self, overrides: str) -> "HParams":
-        """Applies "a=1,b=x" (t2t's --hparams); tuple fields take "x*y*z"."""
-        return self.replace(**parse_overrides(overrides, self))
+    def override_from_string(self, overrides: str, named: str = "hparams override") -> "HParams":
+        """Applies "a=1,b=x" (t2t's --hparams); tuple fields take "x*y*z". An error's message
+        starts with `named` (the flag that gave the overrides, "--hparams")."""
+        return self.replace(**parse_overrides(overrides, self, named))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -221,18 +222,21 @@ def _typed_value(named: str, value, field_type):
     raise HParamsError(f"{named}={value!r}: expected {_expected(field_type)}")
 
 
-def parse_overrides(overrides: str, hparams: HParams) -> dict:
-    """Parses "a=1,b=x" into {field: typed value}; names every bad key with what it expects."""
+def parse_overrides(overrides: str, hparams, named: str = "hparams override",
+                    kind: str = "hparam") -> dict:
+    """Parses "a=1,b=x" into {field: typed value} of the dataclass instance `hparams`; names
+    every bad key with what it expects, each message starting with `named` (the flag that
+    gave the overrides) and calling a name a `kind`."""
     types = typing.get_type_hints(type(hparams))
     changes = {}
     for item in filter(None, (part.strip() for part in overrides.split(","))):
         if "=" not in item:
-            raise HParamsError(f"hparams override {item!r}: expected name=value")
+            raise HParamsError(f"{named}: {item!r}: expected name=value")
         name, text = (part.strip() for part in item.split("=", 1))
         if name not in types:
-            raise HParamsError("hparams override: " + unknown_name_message(
-                "hparam", name, types, "Known hparams"))
-        changes[name] = _typed_value(f"hparams override {name}",
-                                     _parsed_text(text, types[name]), types[name])
+            raise HParamsError(f"{named}: " + unknown_name_message(
+                kind, name, types, f"Known {kind}s"))
+        changes[name] = _typed_value(f"{named}: {name}", _parsed_text(text, types[name]),
+                                     types[name])
     return changes
 

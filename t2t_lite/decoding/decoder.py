@@ -28,7 +28,7 @@ from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files, output_paths, outputs
 from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.data import text_files
-from t2t_lite.errors import DataError, unknown_name_message
+from t2t_lite.errors import DataError
 from t2t_lite.data.vocab import EOS_ID
 from t2t_lite.decoding.ctranslate2_translator import CTranslate2Search
 from t2t_lite.decoding.search import SearchHParams, search
@@ -103,16 +103,7 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
-    names = [field.name for field in dataclasses.fields(every_name)]
-    for item in filter(None, (part.strip() for part in overrides.split(","))):
-        name = item.split("=", 1)[0].strip()
-        if "=" in item and name not in names:
-            raise HParamsError("--decode_hparams: " + unknown_name_message(
-                "decode hparam", name, names, "Known decode hparams"))
-    try:
-        values = parse_overrides(overrides, every_name())
-    except HParamsError as error:  # "hparams override x='y': expected int", ...
-        raise HParamsError(f"--decode_hparams: {error}") from None
+    values = parse_overrides(overrides, every_name(), "--decode_hparams", "decode hparam")
     for name, least in (("beam_size", 1), ("batch_size", 1), ("parallel_batches", 0),
                         ("stop_after_finished", 0)):
         if name in values and values[name] < least:
