@@ -11,14 +11,6 @@ from t2t_lite.errors import FlagError
 # What decoding or exporting a trained model may take other than its hparams.json records:
 # the dtype it computes in (its float32 weights are cast once when loaded).
 INFERENCE_SETTINGS = frozenset({"mixed_precision"})
-# What only training reads (the optimiser, its schedule, dropout, the loss, the batches and
-# the initializer, whose values the checkpoint replaces): ignored beside a record.
-TRAINING_ONLY = frozenset({
-    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
-    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
-    "optimizer_multistep_accumulate_steps", "layer_prepostprocess_dropout", "attention_dropout",
-    "relu_dropout", "label_smoothing", "output_layer_chunk_rows", "initializer_gain",
-    "batch_size", "max_length", "min_length_bucket", "length_bucket_step", "length_bucketing"})
 
 
 def recorded_run(run_dir: str) -> tuple:
@@ -50,12 +42,13 @@ def recorded_names(run: dict, path: str, problem: str = None, model: str = None)
 def inference_hparams(recorded, requested, path: str, given: str):
     """The hparams to decode or export the model recorded in `path` (its hparams `recorded`)
     with, when the flags `given` ask for `requested`: the record, with requested
-    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A
-    TRAINING_ONLY difference is ignored with a warning; any other (the model's shape or
-    computation: num_hidden_layers, hidden_size, the norms, the timing signal ...) is a
-    FlagError naming each hparam, the recorded and the requested value, and `path`: a
+    INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A difference
+    in what only training reads (hparams_lib.TRAINING_ONLY_HPARAMS) is ignored with a
+    warning; any other (the model's shape or computation: num_hidden_layers, hidden_size, the
+    norms, the timing signal ...) is a FlagError naming each hparam, the recorded and the requested value, and `path`: a
     checkpoint restores into a model of another shape by dropping or missing weights
     without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
+    from t2t_lite.hparams_lib import TRAINING_ONLY_HPARAMS as TRAINING_ONLY
     for name in ("mixed_precision", "length_bucketing"):  # "auto": the trainer's choice
         if getattr(requested, name) == "auto":
             requested = requested.replace(**{name: getattr(recorded, name)})

@@ -19,6 +19,22 @@ TIMING_SIGNALS = ("concat", "interleaved")
 MIXED_PRECISION = ("auto", "float32", "bfloat16", "float16")
 LENGTH_BUCKETING = ("auto", "longer", "each")
 
+# The hparams of how the weights are optimised: the learning-rate schedule, Adam's constants,
+# gradient clipping, dropout, label smoothing and the loss's chunking. They change neither the
+# variables, nor the function a checkpoint computes, nor the order of the batches, so a
+# resumed run may change them (the trainer records the change in hparams.json).
+OPTIMIZATION_HPARAMS = frozenset({
+    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
+    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
+    "layer_prepostprocess_dropout", "attention_dropout", "relu_dropout", "label_smoothing",
+    "output_layer_chunk_rows"})
+# What training alone reads: the optimisation, and how the examples are batched, the updates
+# accumulated and the weights first drawn. A trained model computes the same without them, so
+# decoding and exporting it ignore them.
+TRAINING_ONLY_HPARAMS = OPTIMIZATION_HPARAMS | frozenset({
+    "optimizer_multistep_accumulate_steps", "initializer_gain", "batch_size", "max_length",
+    "min_length_bucket", "length_bucket_step", "length_bucketing"})
+
 
 class HParamsError(UserError, ValueError):
     """A bad hyperparameter name, value or override string."""

@@ -107,3 +107,13 @@ def test_from_dict_takes_json_numbers_and_lists():
     assert hparams.label_smoothing == 0.0 and isinstance(hparams.label_smoothing, float)
     assert hparams.learning_rate_schedule == ("constant",)
     assert hparams.hidden_size == HParams().hidden_size  # a name left out takes its default
+
+
+def test_what_only_training_reads_names_hparams_that_exist():
+    """The trainer's changes on resume and what decoding ignores beside a record are hparams,
+    the first among the second."""
+    from t2t_lite.hparams_lib import OPTIMIZATION_HPARAMS, TRAINING_ONLY_HPARAMS
+    fields = set(HParams().to_dict())
+    assert OPTIMIZATION_HPARAMS < TRAINING_ONLY_HPARAMS <= fields
+    assert not TRAINING_ONLY_HPARAMS & {"hidden_size", "num_hidden_layers", "mixed_precision",
+                                        "timing_signal", "layer_preprocess_sequence"}

@@ -29,6 +29,7 @@ from absl import logging
 from t2t_lite import checkpoints, registry
 from t2t_lite.storage import outputs
 from t2t_lite.errors import UserError
+from t2t_lite.hparams_lib import OPTIMIZATION_HPARAMS
 from t2t_lite.models.building import build_model
 from t2t_lite.storage.run_description import (description_path, differing_values, record_training,
                                       saved_run)
@@ -114,14 +115,9 @@ def mixed_precision_for(hparams, strategy) -> str:
     return "bfloat16" if on_cpus and cpu_multiplies_in_bfloat16() else "float32"
 
 
-# The hparams a resumed run may change: they change neither the variables, nor the function
-# the checkpoints compute, nor the order of the batches (NonFiniteLossError advises a lower
-# learning rate for the same output_dir). Any other difference is another run.
-CHANGEABLE_ON_RESUME = frozenset({
-    "learning_rate_schedule", "learning_rate_constant", "learning_rate_warmup_steps",
-    "optimizer_adam_beta1", "optimizer_adam_beta2", "optimizer_adam_epsilon", "clip_grad_norm",
-    "layer_prepostprocess_dropout", "attention_dropout", "relu_dropout", "label_smoothing",
-    "output_layer_chunk_rows"})
+# The hparams a resumed run may change (NonFiniteLossError advises a lower learning rate for
+# the same output_dir); any other difference is another run.
+CHANGEABLE_ON_RESUME = OPTIMIZATION_HPARAMS
 
 
 class ResumeError(UserError):
