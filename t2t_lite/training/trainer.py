@@ -500,8 +500,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         latest = checkpoints.latest(output_dir)
         resume = (f"the latest checkpoint is {latest}; the same command resumes from it"
                   if latest else "no checkpoint yet; the same command starts again")
-        when = "a second signal while stopping" if interrupt.second else "before training began"
-        raise StoppedBySignal(f"stopped by {name} ({when}): {resume}",
+        when = "again while stopping" if interrupt.second else "before training began"
+        raise StoppedBySignal(f"stopped by {name} {when}: {resume}",
                               interrupt.signal_number) from None
 
 

@@ -95,7 +95,7 @@ def test_a_second_signal_during_the_save_leaves_the_last_complete_checkpoint(
                                         save_checkpoints_steps=1000), [first])
     assert stopped.value.exit_status == 143
     assert str(stopped.value) == (
-        f"stopped by SIGTERM (a second signal while stopping): the latest checkpoint is "
+        f"stopped by SIGTERM again while stopping: the latest checkpoint is "
         f"{output_dir}/model.ckpt-1; the same command resumes from it")
     assert sorted(path.name for path in output_dir.iterdir() if path.is_file()) == [
         "checkpoint", "hparams.json", "learning_rate.png", "model.ckpt-1.data-00000-of-00001",
