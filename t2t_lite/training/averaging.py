@@ -84,8 +84,8 @@ def check_one_run(paths: list):
         listed = "; ".join(f"{', '.join(paths_of_run)} of run {run_id}"
                            for run_id, paths_of_run in runs.items())
         raise CheckpointError(f"the checkpoints to average are of different runs ({listed}): "
-                              f"their average copies neither; average the checkpoints of one "
-                              f"run")
+                              f"the weights of two runs do not average into a model; average "
+                              f"the checkpoints of one run")
 
 
 def _model_variables(reader, checkpoint_path: str) -> dict:

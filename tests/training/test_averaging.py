@@ -125,8 +125,8 @@ def test_checkpoints_of_two_runs_are_not_averaged(data_dir, trained_dir, tmp_pat
                                                          other_run / "model.ckpt-2")]
     assert error_lines(result.stderr) == [
         f"error: the checkpoints to average are of different runs ({mixed}/model.ckpt-1 of run "
-        f"{ids[0]}; {mixed}/model.ckpt-2 of run {ids[1]}): their average copies neither; "
-        f"average the checkpoints of one run"], result.stderr
+        f"{ids[0]}; {mixed}/model.ckpt-2 of run {ids[1]}): the weights of two runs do not "
+        f"average into a model; average the checkpoints of one run"], result.stderr
     assert not (tmp_path / "averaged").exists()
 
 
