@@ -45,9 +45,9 @@ def inference_hparams(recorded, requested, path: str, given: str):
     INFERENCE_SETTINGS ("auto" stands for the recorded choice, as on a resume). A difference
     in what only training reads (hparams_lib.TRAINING_ONLY_HPARAMS) is ignored with a
     warning; any other (the model's shape or computation: num_hidden_layers, hidden_size, the
-    norms, the timing signal ...) is a FlagError naming each hparam, the recorded and the requested value, and `path`: a
-    checkpoint restores into a model of another shape by dropping or missing weights
-    without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
+    norms, the timing signal ...) is a FlagError naming each hparam, the recorded and the
+    requested value, and `path`: a checkpoint restores into a model of another shape by
+    dropping or missing weights without an error (tensor2tensor's decoder took the flags' hparams as they were)."""
     from t2t_lite.hparams_lib import TRAINING_ONLY_HPARAMS as TRAINING_ONLY
     for name in ("mixed_precision", "length_bucketing"):  # "auto": the trainer's choice
         if getattr(requested, name) == "auto":

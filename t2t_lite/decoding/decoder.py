@@ -333,9 +333,9 @@ class TranslationsFile:
     (in input order) and flushes them. A file is written under atomic_files' temporary name
     (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to
     its own when the block ends without error, so a file at OUT is always whole and an earlier
-    OUT stays until then (t2t wrote OUT once every line was decoded). When a write fails or the block raises, the
-    temporary is removed and the lines written before are kept in OUT.partial (`partial_path`)
-    instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
+    OUT stays until then (t2t wrote OUT once every line was decoded). When a write fails or
+    the block raises, the temporary is removed and the lines written before are kept in
+    OUT.partial (`partial_path`) instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
     flag, the file and what was kept, and any other error is preceded by a warning saying
     what was kept. A complete run removes an OUT.partial left by an earlier one. Without a
     path, lines go to stdout (a full disk there is a StorageError naming stdout)."""

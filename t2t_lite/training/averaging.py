@@ -68,7 +68,7 @@ def last_checkpoints(output_dir: str, num_last: int) -> list:
 
 def check_one_run(paths: list):
     """Raises CheckpointError when the checkpoints `paths` hold different run ids (the trainer
-    saves its run's in each; the mean of two runs' weights copies nothing); checkpoints
+    saves its run's in each; the weights of two runs do not average into a model); checkpoints
     without one (an older version's) are averaged as before, with a warning."""
     run_ids = {path: checkpoints.run_id_of(path) for path in paths}
     unknown = [path for path, run_id in run_ids.items() if run_id is None]

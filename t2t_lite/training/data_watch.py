@@ -10,12 +10,11 @@ shard that disappears while the pipeline reads it (tf.errors.NotFoundError) is t
 (`shard_gone_error`).
 """
 import hashlib
-import os
 
 import tensorflow as tf
 
 from t2t_lite import checkpoints
-from t2t_lite.data.problem import DATAGEN_LOCK_NAME
+from t2t_lite.data.problem import datagen_output
 from t2t_lite.errors import DataError
 
 
@@ -42,7 +41,7 @@ class DataWatch:
         self.output_dir = output_dir
         self.files = [problem.manifest_path(data_dir, name) for name in split_names]
         self.files += list(problem.vocabulary_files(data_dir))
-        self.lock = os.path.join(data_dir, DATAGEN_LOCK_NAME)
+        self.lock = datagen_output(data_dir).lock_path
         self.digests = {path: _digest(path) for path in self.files}
 
     def change(self):

@@ -13,7 +13,6 @@ does a data folder that changes while training reads it, with a DataChangedError
 SIGTERM and SIGINT stop training after the update under way, with a checkpoint there
 (SignalStop).
 """
-import contextlib
 import dataclasses
 import functools
 import itertools
