@@ -86,6 +86,12 @@ class SearchHParams:
     alpha: float = 0.6
     extra_length: int = 50
     stop_after_finished: int = 0
+    # The hypotheses returned per input, best first (at most beam_size; with sampling, samples).
+    num_hypotheses: int = 1
+    # CTranslate2's sampling: 1 picks the most probable piece (no sampling); K > 1 samples
+    # among the K most probable, 0 from the whole distribution, of logits / temperature.
+    sampling_topk: int = 1
+    sampling_temperature: float = 1.0
 
 
 def length_penalty(length, alpha):
