@@ -4,7 +4,10 @@
     python decode_child.py JOB.json OUTPUT
 
 The job (decode_speed.py's `write_job`) says which: "decoder", t2t_lite-decoder's Translator
-with its thread pools; or "saved_model", a SavedModel in a process that imports TensorFlow and
+with its thread pools; "decoder_nbest", the same with `num_hypotheses` hypotheses of each
+sentence, each decoded to text (what `return_beams=true` writes); "decoder_scoring", the
+Translator scoring the job's `targets` (--score_targets: one teacher-forced pass a batch,
+nothing searched; its output lines are the decoder's score lines); or "saved_model", a SavedModel in a process that imports TensorFlow and
 tensorflow-text's SentencePiece ops only (docs/serving.md), as a lean server does, called on
 the decoder's batches of raw sentences, `parallel_batches` at once from threads of their own
 (a server's concurrent requests). Two passes (harness.two_passes), then the latency sentences.
@@ -52,6 +55,7 @@ def decoder_translators(job: dict):
     common.load_tensorflow()
     import tensorflow as tf
     from t2t_lite.decoding import decoder
+    from t2t_lite.models import restoring
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.storage.run_description import saved_run
 
@@ -63,18 +67,42 @@ def decoder_translators(job: dict):
     run = saved_run(job["t2t_lite_dir"])
     hparams = run["hparams"].replace(mixed_precision=job["mixed_precision"] or run[
         "hparams"].mixed_precision)
-    model = decoder.load_model(run["model"], hparams, problem.vocab_size(job["data_dir"]),
-                               job["t2t_lite_dir"], job["checkpoint"])
+    model = restoring.load_model(run["model"], hparams, problem.vocab_size(job["data_dir"]),
+                                 job["t2t_lite_dir"], job["checkpoint"])
     search = SearchHParams(beam_size=job["beam_size"], alpha=job["alpha"],
-                           stop_after_finished=job["stop_after_finished"])
+                           stop_after_finished=job["stop_after_finished"],
+                           num_hypotheses=job.get("num_hypotheses", 1))
     encoders = problem.feature_encoders(job["data_dir"])
     translator, single = (decoder.Translator(model, encoders, search, problem.max_length,
                                              translator_hparams=hparams)
                           for hparams in (batching, decoder.TranslatorHParams(batch_size=1,
                                                                            parallel_batches=1)))
+    versions = {"tensorflow": tf.__version__}
+    if job["kind"] == "decoder_nbest":
+        return (lambda: n_best(translator, job["sources"]),
+                lambda line: n_best(single, [line]), versions)
+    if job["kind"] == "decoder_scoring":
+        targets = dict(zip(job["sources"], job["targets"]))
+        return (lambda: scores(translator, job["sources"], job["targets"]),
+                lambda line: scores(single, [line], [targets[line]]), versions)
     return (lambda: translator.translate(job["sources"], show_progress=False),
-            lambda line: single.translate([line], show_progress=False),
-            {"tensorflow": tf.__version__})
+            lambda line: single.translate([line], show_progress=False), versions)
+
+
+def n_best(translator, lines: list) -> list:
+    """The 1-best of each line, after every hypothesis of every line is decoded to text (the
+    work of an n-best list), as the decoder's 1-best file has it."""
+    best = []
+    for _, results in translator.translate_in_order(lines, show_progress=False):
+        best += [texts[0] if texts else "" for texts in translator.texts(results)]
+    return best
+
+
+def scores(translator, lines: list, targets: list) -> list:
+    """The decoder's score line of each (line, target) pair (output_files.target_score_line)."""
+    from t2t_lite.decoding.output_files import target_score_line
+    return [target_score_line(score) for _, window in translator.score_in_order(
+        lines, targets, show_progress=False) for score in window]
 
 
 def main(job_path: str, output_path: str):

@@ -5,17 +5,25 @@ predict and CTranslate2 on the peers' models (benchmarks/README.md, decode_speed
   python benchmarks/decode_speed.py --data_dir=D --t2t_lite_dir=T [--num_sentences=100]
   python benchmarks/decode_speed.py --compare --data_dir=D --t2t_lite_dir=T --peer_dir=P
       [--eole_dir=E] --work_dir=W [--rounds=3] [--parallel_batches=1] [--output_json=F]
+  python benchmarks/decode_speed.py --data_dir=D --t2t_lite_dir=T --old_checkout=C
+      --old_python=PY --feature_costs --work_dir=W [--rounds=5] [--output_json=F]
 
 Each contestant-round is a process of its own (decode_child.py for t2t_lite's decoder and
 SavedModel, the peers' decode.py in their environments for the others, t2t_lite's CTranslate2
 export included) that translates the sentences twice, the first pass written
 (the end-to-end time), the second timed, then the latency sentences one at a time. Every
 output is scored by the same sacreBLEU call; ratios within each round stand beside the targets.
+
+--old_checkout races the decoder against an older checkout's own decode_child.py under its own
+Python (the same job), with their translations compared line by line; --feature_costs adds the
+decoder's n-best list, its scoring of the references and its interactive mode against the
+1-best, and checks the scores (decode_costs.py).
 """
 import collections
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -29,9 +37,10 @@ common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 import harness  # noqa: E402  (benchmarks/, beside this script)
 import ctranslate2_runtime  # noqa: E402  (benchmarks/peers/)
+import decode_costs  # noqa: E402
 from harness import PROBLEM, fmt  # noqa: E402
 
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
 from t2t_lite.storage.run_description import saved_run  # noqa: E402
 from t2t_lite.training.trainer import cpu_multiplies_in_bfloat16  # noqa: E402
 
@@ -46,16 +55,27 @@ eole_decode = harness.peer_module("eole/decode.py")  # eole predict's command
 # environment; "4.x": peers/ctranslate2_runtime.py) and compute type (int8 is int8_float32;
 # t2t_lite's model is exported by t2t_lite-exporter --format=ctranslate2 in that quantization),
 # t2t_lite's hparams.mixed_precision (None: the model's own as its hparams.json records it).
+# `old`: run by --old_checkout's decode_child.py under --old_python.
 Contestant = collections.namedtuple("Contestant", [
     "label", "model", "runs", "jit_compile", "ct2_stop", "runtime", "compute_type",
-    "mixed_precision"], defaults=[False, False, None, None, None])
+    "mixed_precision", "old"], defaults=[False, False, None, None, None, False])
 CT2_VERSIONS = {"peer": peer.CTRANSLATE2_VERSION, "4.x": ctranslate2_runtime.CTRANSLATE2_VERSION}
-CHILD_KINDS = ("decoder", "saved_model")  # the runs of decode_child.py (t2t_lite in TensorFlow)
+# The runs of decode_child.py (t2t_lite in TensorFlow); the first two translate (1-best) and race
+# the peers.
+CHILD_KINDS = ("decoder", "saved_model", "decoder_nbest", "decoder_scoring")
+TRANSLATING = CHILD_KINDS[:2]
 CT2_MODEL_LABELS = {"opennmt_tf": "", "eole": " (eole)", "t2t_lite": " (t2t_lite)"}
 XLA = " (XLA)" if decoder.TranslatorHParams().jit_compile else ""  # the decoder's default
 CONTESTANTS = {name: Contestant(label, model, runs, **settings) for name, label, model, runs,
                settings in (  # in the order each round runs them
     ("t2t_lite_decoder", f"t2t_lite decoder{XLA}", "t2t_lite", "decoder", {}),
+    ("t2t_lite_decoder_old", f"t2t_lite decoder{XLA} (old checkout)", "t2t_lite", "decoder",
+     {"old": True}),
+    ("t2t_lite_decoder_nbest", f"t2t_lite decoder{XLA} n-best", "t2t_lite", "decoder_nbest", {}),
+    ("t2t_lite_decoder_scoring", f"t2t_lite decoder{XLA} scoring", "t2t_lite",
+     "decoder_scoring", {}),
+    ("t2t_lite_decoder_interactive", "t2t_lite-decoder --decode_interactive", "t2t_lite",
+     "interactive", {}),
     ("t2t_lite_saved_model", "t2t_lite SavedModel", "t2t_lite", "saved_model", {}),
     ("t2t_lite_saved_model_xla", "t2t_lite SavedModel (XLA)", "t2t_lite", "saved_model",
      {"jit_compile": True}),
@@ -93,6 +113,17 @@ BFLOAT16 = {"t2t_lite_decoder_bfloat16": (DECODER, 1.3),
 # Forced float32, for a model whose recorded mixed_precision is bfloat16 (trained with auto on
 # a CPU with bfloat16 instructions): only when --contestants names them.
 FLOAT32 = ("t2t_lite_decoder_float32", "t2t_lite_saved_model_float32")
+# The default path against the old checkout and the features' costs (issue 52): (ours, theirs,
+# the median sentences/s ratio's target).
+OLD = "t2t_lite_decoder_old"
+FEATURES = ("t2t_lite_decoder_nbest", "t2t_lite_decoder_scoring", "t2t_lite_decoder_interactive")
+INTERACTIVE = "t2t_lite_decoder_interactive"
+ISSUE_52_RATIOS = ((DECODER, OLD, 0.98), ("t2t_lite_decoder_nbest", DECODER, 0.9),
+                   ("t2t_lite_decoder_scoring", DECODER, 5.0))
+FIRST_ANSWER_LIMIT_SECONDS = 1.0  # the interactive decoder's first answer after its line
+REFERENCE_ABOVE_SHUFFLED = 0.95  # pairs whose reference scores above a shuffled one
+ENGINES_AGREE = 1e-3  # TensorFlow float32 against CTranslate2 float32, mean per piece
+SHUFFLE_SEED = 52
 # --peer_onednn -> onmt-main infer's TF_ENABLE_ONEDNN_OPTS (None: not set, TensorFlow 2.13's
 # default for the CPU; it reads any other value, the empty one included, as that default).
 PEER_ONEDNN = {"default": None, "on": "1", "off": "0"}
@@ -143,8 +174,22 @@ flags.DEFINE_string("eole_ctranslate2_dir", None, "eole's model converted by its
 flags.DEFINE_string("eole_venv_dir", eole_peer.DEFAULT_VENV_DIR, "eole's environment (its "
                     "run.py's --venv_dir).")
 flags.DEFINE_string("eole_python", None, "Python 3.11 to create it with.")
+flags.DEFINE_string("old_checkout", None, "An older checkout of t2t_lite: race the decoder against "
+                    "its benchmarks/decode_child.py (the same job) under --old_python, and "
+                    "compare their translations.")
+flags.DEFINE_string("old_python", None, "The Python of --old_checkout's environment (its "
+                    "t2t_lite installed).")
+flags.DEFINE_boolean("feature_costs", False, "Also race the decoder's n-best list (num_hypotheses "
+                     "= beam size), its scoring of the references and its interactive mode "
+                     "against the 1-best, and check its scores (a reference above a shuffled "
+                     "one; TensorFlow float32 against CTranslate2 float32).")
+flags.DEFINE_integer("interactive_sentences", 6, "Sentences the interactive decoder answers "
+                     "each round (the first's latency, the others' median).", lower_bound=2)
 common.define_thread_flags()
 flags.mark_flags_as_required(["data_dir", "t2t_lite_dir"])
+flags.register_multi_flags_validator(
+    ["old_checkout", "old_python"], lambda given: bool(given["old_python"]) or not given[
+        "old_checkout"], "--old_checkout needs --old_python (its environment's Python)")
 flags.register_validator("contestants", lambda names: set(names or ()) <= set(CONTESTANTS),
                          "of " + ", ".join(CONTESTANTS))
 
@@ -191,7 +236,9 @@ def write_job(name: str, setup: dict, sources: list, encoders: dict) -> str:
            "inter_op_threads": FLAGS.inter_op_parallelism_threads,
            "stop_after_finished": FLAGS.beam_size if contestant.ct2_stop else 0,
            "jit_compile": contestant.jit_compile,
-           "mixed_precision": contestant.mixed_precision}
+           "mixed_precision": contestant.mixed_precision,
+           "num_hypotheses": FLAGS.beam_size if contestant.runs == "decoder_nbest" else 1,
+           "targets": setup["references"] if contestant.runs == "decoder_scoring" else None}
     path = os.path.join(FLAGS.work_dir, f"{name}.job.json")
     harness.write_json(path, job, announce=False)
     return path
@@ -235,8 +282,8 @@ def export_ctranslate2(entries: dict, sources: list, setup: dict):
         # the peer's configuration's one limit: t2t_lite's max_length + extra_length
         "max_decoding_length": hparams.max_length + peer.DECODE.extra_length,
         "models": {}, "export_seconds": {}, "model_bin_mb": {}}
-    decoder.write_lines(export["source"], sources)
-    decoder.write_lines(export["latency_source"], sources[:FLAGS.latency_sentences])
+    output_files.write_lines(export["source"], sources)
+    output_files.write_lines(export["latency_source"], sources[:FLAGS.latency_sentences])
     for quantization in sorted({CONTESTANTS[name].compute_type for name in names}):
         model_dir, start = f"{folder}_{quantization}", time.time()
         shutil.rmtree(model_dir, ignore_errors=True)  # replaced: an export of this run only
@@ -365,6 +412,10 @@ def command_and_environment(name: str, setup: dict, output: str) -> tuple:
     contestant = CONTESTANTS[name]
     threads = (FLAGS.intra_op_parallelism_threads, FLAGS.inter_op_parallelism_threads)
     environment = harness.child_environment({harness.ONEDNN: PEER_ONEDNN[FLAGS.peer_onednn]})
+    if contestant.old:
+        return [FLAGS.old_python, os.path.join(FLAGS.old_checkout, "benchmarks",
+                                               "decode_child.py"), setup["jobs"][name],
+                output], dict(os.environ)
     if contestant.runs in CHILD_KINDS:
         return [sys.executable, CHILD, setup["jobs"][name], output], dict(os.environ)
     if contestant.runs == "onmt_infer":
@@ -395,6 +446,8 @@ def run_round(entry: dict, round_index: int, setup: dict, encoders: dict,
     name, started = entry["key"], time.time()
     contestant = CONTESTANTS[name]
     stem = os.path.join(FLAGS.work_dir, f"round{round_index + 1}_{name}")
+    if contestant.runs == "interactive":
+        return run_interactive_round(stem, setup)
     output = stem + (".txt" if contestant.model == "t2t_lite" else ".tokens")
     command, environment = command_and_environment(name, setup, output)
     result = harness.run_child(command, environment, "CONTESTANT" if contestant.runs in
@@ -411,12 +464,16 @@ def run_round(entry: dict, round_index: int, setup: dict, encoders: dict,
     if contestant.runs == "ctranslate2":
         with open(stem + ".log", encoding="utf-8", errors="replace") as log:
             result["ctranslate2_cpu"] = ctranslate2_runtime.logged_cpu(log.read())
-    tokens = sum(len(encoders["targets"].encode(line)) + 1 for line in lines)
+    if contestant.runs == "decoder_scoring":  # score lines: the target pieces they scored
+        tokens, bleu = sum(pieces for _, pieces in filter(None, decode_costs.read_scores(
+            lines))), None
+    else:
+        tokens = sum(len(encoders["targets"].encode(line)) + 1 for line in lines)
+        bleu = decoder.score(lines, references)["bleu"]
     latencies = sorted(result["latency_seconds"])
     result.update(sentences_per_s=len(lines) / result["seconds"],
                   target_tokens_per_s=tokens / result["seconds"],
-                  mean_output_tokens=tokens / len(lines),
-                  bleu=decoder.score(lines, references)["bleu"],
+                  mean_output_tokens=tokens / len(lines), bleu=bleu,
                   latency_median_ms=1000 * statistics.median(latencies),
                   latency_p90_ms=1000 * latencies[int(0.9 * (len(latencies) - 1))],
                   load_seconds=result["ready_at"] - started,
@@ -426,7 +483,32 @@ def run_round(entry: dict, round_index: int, setup: dict, encoders: dict,
     print("  " + ", ".join(f"{name} {result[key]:{spec}}" for name, key, spec in (
         ("sentences/s", "sentences_per_s", ".2f"), ("e2e s", "end_to_end_seconds", ".1f"),
         ("BLEU", "bleu", ".2f"), ("MB", "peak_rss_mb", ".0f"), ("timed s", "seconds", ".1f"),
-        ("CPU-s", "cpu_seconds", ".1f"), ("passes differ", "passes_differ", "d"))), flush=True)
+        ("CPU-s", "cpu_seconds", ".1f"), ("passes differ", "passes_differ", "d"))
+        if result[key] is not None), flush=True)
+    return result
+
+
+def decoder_command(setup: dict, *arguments) -> list:
+    """t2t_lite-decoder on the benchmark's checkpoint and data, with `arguments`."""
+    return [*harness.t2t_lite_command("decoder"), f"--data_dir={FLAGS.data_dir}",
+            f"--output_dir={FLAGS.t2t_lite_dir}",
+            f"--checkpoint_path={setup['t2t_lite_checkpoint']}", *arguments]
+
+
+def run_interactive_round(stem: str, setup: dict) -> dict:
+    """One round of t2t_lite-decoder --decode_interactive (decode_costs.interactive_answers) on
+    the first --interactive_sentences sentences, beam and alpha as the others; its stderr in
+    W/round<R>_<name>.log."""
+    result = decode_costs.interactive_answers(
+        decoder_command(setup, "--decode_interactive", f"--decode_hparams=beam_size={FLAGS.beam_size},"
+                        f"alpha={FLAGS.alpha},batch_size={FLAGS.batch_size}",
+                        *harness.thread_flags(FLAGS.intra_op_parallelism_threads,
+                                              FLAGS.inter_op_parallelism_threads)),
+        setup["sources"][:FLAGS.interactive_sentences], stem + ".log")
+    result.update(decode_costs.answer_summary(result["latency_seconds"]))
+    print(f"  ready after {result['ready_seconds']:.1f} s; first answer "
+          f"{result['first_answer_seconds']:.3f} s, the others' median "
+          f"{result['other_answers_median_seconds']:.3f} s", flush=True)
     return result
 
 
@@ -435,6 +517,13 @@ def summarize(entry: dict):
     ran = [result for result in entry["rounds"] if result]
     if not ran:
         return None
+    if entry["key"] == INTERACTIVE:
+        return {**harness.medians(ran, ("ready_seconds", "first_answer_seconds",
+                                        "other_answers_median_seconds")),
+                "rounds": len(ran), **{f"{key}_spread": harness.spread(
+                    r[key] for r in ran) for key in ("first_answer_seconds",
+                                                     "other_answers_median_seconds")},
+                "first_answer_per_round": harness.per_round(entry, "first_answer_seconds")}
     summary = harness.medians(ran, (
         "sentences_per_s", "end_to_end_sentences_per_s", "target_tokens_per_s",
         "mean_output_tokens", "bleu", "load_seconds", "end_to_end_seconds",
@@ -460,8 +549,8 @@ def ratio_pairs(names) -> list:
     SavedModel contestants over each peer's, t2t_lite's CTranslate2 export over each peer's
     model in the same CTranslate2 runtime and compute type, and bfloat16 over float32."""
     pairs = [(ours, theirs, TARGETS.get(theirs)) for ours in names
-             if CONTESTANTS[ours].model == "t2t_lite" and CONTESTANTS[ours].runs in CHILD_KINDS
-             and ours not in BFLOAT16
+             if CONTESTANTS[ours].model == "t2t_lite" and CONTESTANTS[ours].runs in TRANSLATING
+             and ours not in BFLOAT16 and not CONTESTANTS[ours].old
              for theirs in names if CONTESTANTS[theirs].model != "t2t_lite"]
     engine = {name: (c.runtime, c.compute_type) for name, c in CONTESTANTS.items()}
     pairs += [(ours, theirs, CT2_PAIR_TARGET if CONTESTANTS[theirs].model == "opennmt_tf"
@@ -470,6 +559,7 @@ def ratio_pairs(names) -> list:
               and CONTESTANTS[theirs].runs == "ctranslate2" and engine[theirs] == engine[ours]]
     pairs += [(ours, theirs, target) for ours, (theirs, target) in BFLOAT16.items()
               if ours in names]
+    pairs += [pair for pair in ISSUE_52_RATIOS if pair[0] in names and pair[1] in names]
     return pairs
 
 
@@ -490,8 +580,9 @@ def ratios(entries: dict) -> list:
                        "target_tokens_median": harness.ratio(a, b, "target_tokens_per_s")[
                            "median"],
                        "end_to_end_median": harness.ratio(a, b, "end_to_end_sentences_per_s")[
-                           "median"], "bleu_difference": a["summary"]["bleu"] - b[
-                           "summary"]["bleu"]})
+                           "median"], "bleu_difference": None if None in (
+                           a["summary"]["bleu"], b["summary"]["bleu"]) else a["summary"][
+                           "bleu"] - b["summary"]["bleu"]})
     return result
 
 
@@ -503,7 +594,7 @@ def memory_targets(entries: dict) -> list:
              "onmt_infer_peak_rss_mb": theirs["peak_rss_mb"],
              "met": ours["peak_rss_mb"] <= theirs["peak_rss_mb"]}
             for name, entry in entries.items() if theirs and CONTESTANTS[name].model ==
-            "t2t_lite" and CONTESTANTS[name].runs in CHILD_KINDS
+            "t2t_lite" and CONTESTANTS[name].runs in TRANSLATING
             for ours in [entry["summary"]] if ours]
 
 
@@ -530,11 +621,12 @@ def print_tables(result: dict):
           f"{harness.machine_line(result['machine'])}")
     rows = [[entry["name"], f"{s['sentences_per_s']:.2f}", f"{s['min']:.2f}-{s['max']:.2f}",
              f"{s['end_to_end_sentences_per_s']:.2f}", f"{s['target_tokens_per_s']:.0f}",
-             f"{s['mean_output_tokens']:.1f}", f"{s['bleu']:.2f}", f"{s['load_seconds']:.1f}",
+             f"{s['mean_output_tokens']:.1f}", fmt(s['bleu'], ".2f"), f"{s['load_seconds']:.1f}",
              f"{s['end_to_end_seconds']:.1f}", f"{s['peak_rss_mb']:.0f}",
              f"{s['latency_median_ms']:.0f}", "/".join("on" if on else "off"
                                                        for on in s["onednn"]) or "-"]
-            for entry in result["contestants"] for s in [entry["summary"]] if s]
+            for entry in result["contestants"] for s in [entry["summary"]]
+            if s and entry["key"] != INTERACTIVE]
     print(harness.table(["contestant", "sent/s", "min-max", "e2e sent/s", "tgt tok/s",
                          "out len", "BLEU", "load s", "e2e s", "peak MB", "latency ms",
                          "oneDNN"], rows))
@@ -567,7 +659,7 @@ def print_tables(result: dict):
             [*harness.ratio_cells(r), "-" if r["target"] is None else f">= {r['target']:.2f}",
              {None: "-", True: "yes", False: "no"}[r["met"]],
              fmt(r["target_tokens_median"], ".2f"), fmt(r["end_to_end_median"], ".2f"),
-             f"{r['bleu_difference']:+.2f}",
+             fmt(r['bleu_difference'], "+.2f"),
              " ".join(fmt(value, ".2f") for value in r["per_round"])]
             for r in result["ratios"]]))
         print("median, min, max: of the ratios within each round; tok/s, e2e: the median ratios "
@@ -587,11 +679,148 @@ def print_tables(result: dict):
               f"{target['limit']:g} {unit}): {'met' if target['met'] else 'not met'}")
 
 
+def checkout_commit(folder: str):
+    """The commit a checkout has out (None without a folder or git)."""
+    if not folder:
+        return None
+    found = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True,
+                           text=True)
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def old_translations_differ(entries: dict) -> list:
+    """Per round, the lines in which the old checkout's translations differ from the decoder's
+    of the same round (harness.differing_lines; None where either did not run)."""
+    if OLD not in entries or DECODER not in entries:
+        return []
+    return [harness.differing_lines(*(decoder.read_sentences(os.path.join(
+        FLAGS.work_dir, f"round{i + 1}_{name}.txt")) for name in (DECODER, OLD)))
+        if new and old else None
+        for i, (new, old) in enumerate(zip(entries[DECODER]["rounds"], entries[OLD]["rounds"]))]
+
+
+def score_file(setup: dict, name: str, targets_path: str, *engine) -> list:
+    """t2t_lite-decoder --score_targets of the sources against `targets_path` into W/<name>.txt
+    (its log beside), with `engine`'s flags; its scores (decode_costs.read_scores)."""
+    output = os.path.join(FLAGS.work_dir, name + ".txt")
+    command = [*harness.t2t_lite_command("decoder"), f"--data_dir={FLAGS.data_dir}",
+               f"--decode_from_file={setup['sources_path']}", f"--score_targets={targets_path}",
+               f"--decode_to_file={output}", f"--decode_hparams=batch_size={FLAGS.batch_size}",
+               *engine]
+    print(f"scoring: {name}", flush=True)
+    harness.run_logged(command, os.path.join(FLAGS.work_dir, name + ".log"))
+    with open(output, encoding="utf-8") as handle:
+        return decode_costs.read_scores(handle.read().splitlines())
+
+
+def score_checks(setup: dict) -> dict:
+    """The checks of the model's scores on the test pairs: each reference against a shuffled
+    one (decode_costs.derangement; TensorFlow in float32), and TensorFlow float32 against
+    t2t_lite-exporter --format=ctranslate2 --quantization=float32 through CTranslate2, both
+    through t2t_lite-decoder --score_targets."""
+    references = setup["references"]
+    order = decode_costs.derangement(len(references), SHUFFLE_SEED)
+    shuffled_path = os.path.join(FLAGS.work_dir, "shuffled_references.txt")
+    output_files.write_lines(shuffled_path, [references[i] for i in order])
+    model_dir = os.path.join(FLAGS.work_dir, "scoring_ctranslate2_float32")
+    shutil.rmtree(model_dir, ignore_errors=True)
+    print(f"exporting t2t_lite's model to CTranslate2 (float32) in {model_dir}", flush=True)
+    harness.run_logged([
+        *harness.t2t_lite_command("exporter"), "--format=ctranslate2", "--quantization=float32",
+        f"--data_dir={FLAGS.data_dir}", f"--output_dir={FLAGS.t2t_lite_dir}",
+        f"--export_dir={model_dir}", f"--checkpoint_path={setup['t2t_lite_checkpoint']}"],
+        model_dir + ".log")
+    tensorflow = [f"--output_dir={FLAGS.t2t_lite_dir}", "--hparams=mixed_precision=float32",
+                  f"--checkpoint_path={setup['t2t_lite_checkpoint']}"]
+    ctranslate2 = [f"--ctranslate2_model={model_dir}"]
+    scores = {f"{engine}_{targets}": score_file(setup, f"scores_{engine}_{targets}", path, *flags)
+              for engine, flags in (("tensorflow_float32", tensorflow),
+                                    ("ctranslate2_float32", ctranslate2))
+              for targets, path in (("references", setup["references_path"]),
+                                    ("shuffled", shuffled_path))}
+    preference = decode_costs.reference_preference(scores["tensorflow_float32_references"],
+                                                   scores["tensorflow_float32_shuffled"])
+    agreement = {targets: decode_costs.score_agreement(
+        scores[f"tensorflow_float32_{targets}"], scores[f"ctranslate2_float32_{targets}"])
+        for targets in ("references", "shuffled")}
+    return {"shuffle_seed": SHUFFLE_SEED, "reference_preference": preference,
+            "ctranslate2_preference": decode_costs.reference_preference(
+                scores["ctranslate2_float32_references"], scores["ctranslate2_float32_shuffled"]),
+            "engine_agreement": agreement,
+            "max_mean_difference": max(a["max_mean_difference"] for a in agreement.values())}
+
+
+def issue_52_targets(result: dict, entries: dict) -> list:
+    """Each of issue 52's figures with its target and whether it is met: the ratios of
+    ISSUE_52_RATIOS, the old checkout's peak memory and translations, the interactive first
+    answer and the score checks (those that ran)."""
+    rows = []
+
+    def add(figure, value, spread, target, met, unit=""):
+        rows.append({"figure": figure, "value": value, "spread": spread, "target": target,
+                     "met": met, "unit": unit})
+    for r in result["ratios"]:
+        pair = next((p for p in ISSUE_52_RATIOS if (CONTESTANTS[p[0]].label, CONTESTANTS[p[1]]
+                                                    .label) == (r["numerator"],
+                                                                r["denominator"])), None)
+        if pair:
+            add(f"sentences/s {pair[0]} / {pair[1]}", r["median"], [r["min"], r["max"]],
+                f">= {pair[2]:g}", r["met"])
+    new, old = (entries.get(name, {}).get("summary") for name in (DECODER, OLD))
+    if new and old:
+        add("peak MB new (old)", new["peak_rss_mb"], [old["peak_rss_mb"]], "<= old",
+            new["peak_rss_mb"] <= old["peak_rss_mb"], " MB")
+        differ = [d for d in result["old_translations_differ"] if d is not None]
+        add("lines whose translation differs new/old (max over rounds)", max(differ), None,
+            "0", max(differ) == 0, " lines")
+    interactive = entries.get(INTERACTIVE, {}).get("summary")
+    if interactive:
+        spread = interactive["first_answer_seconds_spread"]
+        add("interactive first answer", interactive["first_answer_seconds"],
+            [spread["min"], spread["max"]], f"< {FIRST_ANSWER_LIMIT_SECONDS:g} s",
+            interactive["first_answer_seconds"] < FIRST_ANSWER_LIMIT_SECONDS, " s")
+        spread = interactive["other_answers_median_seconds_spread"]
+        add("interactive other answers (median)", interactive["other_answers_median_seconds"],
+            [spread["min"], spread["max"]], "-", None, " s")
+    checks = result.get("score_checks")
+    if checks:
+        preference = checks["reference_preference"]
+        add("reference above shuffled, mean per piece (TF float32)", preference["mean_above"],
+            None, f">= {REFERENCE_ABOVE_SHUFFLED:g}",
+            preference["mean_above"] >= REFERENCE_ABOVE_SHUFFLED)
+        add("reference above shuffled, sum (TF float32)", preference["sum_above"], None, "-",
+            None)
+        add("max |mean per piece difference| TF float32 / CT2 float32",
+            checks["max_mean_difference"], None, f"<= {ENGINES_AGREE:g}",
+            checks["max_mean_difference"] <= ENGINES_AGREE)
+    return rows
+
+
+def print_issue_52(rows: list):
+    """The table of issue_52_targets."""
+    def cell(value, unit):
+        if value is None:
+            return "-"
+        if unit in (" MB", " lines"):
+            return f"{value:.0f}"
+        return f"{value:.2e}" if 0 < abs(value) < 0.01 else f"{value:.3f}"
+    print(harness.table(["issue 52", "value", "min-max (old)", "target", "met"], [
+        [row["figure"], cell(row["value"], row["unit"]) + row["unit"],
+         "-" if not row["spread"] else "-".join(cell(v, row["unit"]) for v in row["spread"]),
+         row["target"], {None: "-", True: "yes", False: "no"}[row["met"]]] for row in rows]))
+    print("sentences/s ratios: medians of the ratios within each round (min-max); peak MB: "
+          "medians over rounds; the interactive answers: from the line written to its "
+          "translation read, medians over rounds (min-max)\n")
+
+
 def main(unused_argv):
     bfloat16 = cpu_multiplies_in_bfloat16()  # where the trainer's auto picks bfloat16
     names = FLAGS.contestants or ([name for name in CONTESTANTS if (
-        bfloat16 or name not in BFLOAT16) and name not in FLOAT32] if FLAGS.compare
-        else [DECODER])
+        bfloat16 or name not in BFLOAT16) and name not in (*FLOAT32, OLD, *FEATURES)]
+        if FLAGS.compare else [DECODER]) + [OLD] * bool(FLAGS.old_checkout) + list(
+        FEATURES) * FLAGS.feature_costs
+    if OLD in names and not FLAGS.old_checkout:
+        raise common.FlagError(f"{OLD} needs --old_checkout and --old_python")
     problem = registry.problem(PROBLEM)
     problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir)  # keeps the splits already complete
     os.makedirs(FLAGS.work_dir, exist_ok=True)
@@ -605,7 +834,12 @@ def main(unused_argv):
     setup = {"t2t_lite_checkpoint": harness.t2t_lite_checkpoint(FLAGS.t2t_lite_dir,
                                                                 FLAGS.t2t_lite_checkpoint),
              "pieces": peer.PieceTokens(encoders["inputs"]), "ctranslate2_pythons": {},
-             "ctranslate2_models": {}, "jobs": {}, "export_seconds": {}}
+             "ctranslate2_models": {}, "jobs": {}, "export_seconds": {},
+             "sources": sources, "references": references,
+             **{f"{side}_path": os.path.join(FLAGS.work_dir, f"{side}.txt")
+                for side in ("sources", "references")}}
+    output_files.write_lines(setup["sources_path"], sources)
+    output_files.write_lines(setup["references_path"], references)
     print(f"t2t_lite's checkpoint: {setup['t2t_lite_checkpoint']}", flush=True)
     for name in entries:
         if CONTESTANTS[name].runs == "saved_model":
@@ -661,9 +895,17 @@ def main(unused_argv):
     for entry in entries.values():
         entry["summary"] = summarize(entry)
     result.update(contestants=list(entries.values()), ratios=ratios(entries),
-                  memory_targets=memory_targets(entries), limit_targets=limit_targets(entries))
+                  memory_targets=memory_targets(entries), limit_targets=limit_targets(entries),
+                  old_translations_differ=old_translations_differ(entries),
+                  old_checkout=FLAGS.old_checkout, old_python=FLAGS.old_python,
+                  old_commit=checkout_commit(FLAGS.old_checkout))
+    if FLAGS.feature_costs:
+        result["score_checks"] = score_checks(setup)
+    result["issue_52"] = issue_52_targets(result, entries)
     result["machine"]["load_average_at_end"] = os.getloadavg()
     print_tables(result)
+    if result["issue_52"]:
+        print_issue_52(result["issue_52"])
     if FLAGS.output_json:
         harness.write_json(FLAGS.output_json, result)
 

@@ -26,7 +26,8 @@ import keras  # noqa: E402  (after common: its quiet start)
 import tensorflow as tf  # noqa: E402
 
 from t2t_lite import checkpoints  # noqa: E402
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
+from t2t_lite.models import restoring  # noqa: E402
 from t2t_lite.decoding.dev_bleu import first_dev_pairs  # noqa: E402
 from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 from t2t_lite.models.building import build_model  # noqa: E402
@@ -158,12 +159,12 @@ def main(unused_argv):
     report["average_seconds"], start = time.time() - start, time.time()
     sources, references = (decoder.read_sentences(path)[:FLAGS.test_sentences or None]
                            for path in problem.text_paths(data_dir, "test").values())
-    model = decoder.load_model("transformer", hparams, problem.vocab_size(data_dir),
-                               output_dir, averaged)
+    model = restoring.load_model("transformer", hparams, problem.vocab_size(data_dir),
+                                 output_dir, averaged)
     hypotheses = decoder.Translator(model, problem.feature_encoders(data_dir),
                                     SearchHParams(beam_size=4, alpha=0.6),
                                     problem.max_length).translate(sources)
-    decoder.write_lines(os.path.join(output_dir, "test_2016_flickr.beam4.en"), hypotheses)
+    output_files.write_lines(os.path.join(output_dir, "test_2016_flickr.beam4.en"), hypotheses)
     scores = decoder.score(hypotheses, references)
     report.update(decode_seconds=time.time() - start, bleu=scores["bleu"],
                   bleu_signature=scores["bleu_signature"])

@@ -21,7 +21,7 @@ import harness  # noqa: E402  (benchmarks/, beside this script)
 import race_report  # noqa: E402
 from harness import HPARAMS_SET, PROBLEM, schedule_name as run_name  # noqa: E402
 
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
 from t2t_lite.decoding.dev_bleu import first_dev_pairs  # noqa: E402
 
 # The peers' run.py flags besides the race's own ("--curve_every_minutes" huge: OpenNMT-tf's dev
@@ -246,8 +246,8 @@ def write_pairs(name: str, sources: list, references: list) -> dict:
     """W/NAME.de and W/NAME.en, the files each toolkit's decoder reads."""
     files = {"source": os.path.join(FLAGS.work_dir, f"{name}.de"),
              "reference": os.path.join(FLAGS.work_dir, f"{name}.en"), "references": references}
-    decoder.write_lines(files["source"], sources)
-    decoder.write_lines(files["reference"], references)
+    output_files.write_lines(files["source"], sources)
+    output_files.write_lines(files["reference"], references)
     return files
 
 

@@ -5,11 +5,15 @@
 
   t2t_lite-decoder --ctranslate2_model=E --data_dir=D --decode_from_file=IN ...
 
+  t2t_lite-decoder ... --decode_from_file=IN --score_targets=TARGETS   (the model's scores)
+  t2t_lite-decoder ... --decode_interactive                             (a line at a time)
+
 The model and hparams default to those the trainer recorded in --output_dir. With
 --ctranslate2_model, CTranslate2 searches with a folder of t2t_lite-exporter
 --format=ctranslate2 instead (its hparams.json stands for --output_dir's). With
 --attention_dir it also draws the attention of the first --attention_sentences lines and their
-translations (t2t_lite.visualize).
+translations (t2t_lite.visualize). docs/decoding.md shows n-best lists, scores, prefixes,
+alignments and sampling.
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
@@ -38,13 +42,59 @@ def define_flags():
                         "--decode_hparams' beam_size, alpha (CTranslate2's length_penalty), "
                         "extra_length, batch_size and parallel_batches (its inter_threads) "
                         "apply.")
+    flags.DEFINE_string("score_targets", None,
+                        "Score these translations of --decode_from_file's lines (a line each) "
+                        "instead of searching: writes log-likelihood, pieces and mean per piece "
+                        "a line (OpenNMT-tf's onmt-main score).")
+    flags.DEFINE_string("target_prefix_file", None,
+                        "A target prefix for each line of --decode_from_file (a line each, may "
+                        "be empty): each translation begins with it.")
+    flags.DEFINE_boolean("decode_interactive", False,
+                         "Load the model once, then translate stdin a line at a time, writing "
+                         "and flushing each translation before reading the next (t2t's "
+                         "--decode_interactive).")
+    flags.DEFINE_integer("seed", 0, "The seed of sampling (--decode_hparams=sampling_topk=K): "
+                         "one seed, one output.")
     flags.mark_flags_as_required(["data_dir"])
+
+
+# Flags that do not go together: (flag, the flags it refuses, why).
+EXCLUSIVE = (
+    ("decode_interactive", ("decode_from_file", "decode_to_file", "score_reference",
+                            "score_targets", "target_prefix_file", "attention_dir"),
+     "it reads stdin a line at a time and writes each answer to stdout"),
+    ("score_targets", ("score_reference", "target_prefix_file", "attention_dir"),
+     "it scores the given translations and searches nothing"),
+)
+
+
+def check_exclusive_flags():
+    """A FlagError for two flags that do not go together (EXCLUSIVE), or for --decode_hparams
+    that a scoring run has no use for."""
+    for flag, refused, why in EXCLUSIVE:
+        if FLAGS[flag].value:
+            given = [name for name in refused if FLAGS[name].value]
+            if given:
+                raise common.FlagError(f"--{given[0]} does not go with --{flag}: {why}")
+    if FLAGS.score_targets:
+        common.refuse_decode_hparams(
+            ("return_beams", "num_hypotheses", "write_beam_scores", "alignments",
+             "sampling_topk", "sampling_temperature"),
+            "with --score_targets (it scores the given translations and searches nothing)")
+        if not FLAGS.decode_from_file:
+            raise common.FlagError("--score_targets needs --decode_from_file (the sources of "
+                                   "its translations, a line each)")
 
 
 def main(argv):
     from t2t_lite.decoding import decoder
     common.check_inputs_reachable("decode_from_file", "score_reference", "output_dir",
-                                  "checkpoint_path", "data_dir", "ctranslate2_model")
+                                  "checkpoint_path", "data_dir", "ctranslate2_model",
+                                  "score_targets", "target_prefix_file")
+    check_exclusive_flags()
+    if FLAGS.target_prefix_file and not FLAGS.decode_from_file:
+        raise common.FlagError("--target_prefix_file needs --decode_from_file (a prefix for "
+                               "each of its lines)")
     if FLAGS.attention_dir and not (FLAGS.decode_from_file and FLAGS.decode_to_file):
         raise common.FlagError("--attention_dir needs --decode_from_file and --decode_to_file "
                                "(it draws the first input lines with their translations)")
@@ -54,9 +104,10 @@ def main(argv):
                 raise common.FlagError(f"--{name} does not go with --ctranslate2_model (the "
                                        "folder holds the model it was exported from)")
         common.refuse_decode_hparams(
-            ("jit_compile", "stop_after_finished"),
-            "with --ctranslate2_model (CTranslate2 runs its own search: beam_size, alpha, "
-            "extra_length, batch_size and parallel_batches apply)")
+            ("jit_compile", "stop_after_finished", "alignment_layer"),
+            "with --ctranslate2_model (CTranslate2 runs its own search, and aligns with the "
+            "last decoder layer: beam_size, alpha, extra_length, batch_size, parallel_batches, "
+            "num_hypotheses, return_beams, write_beam_scores, alignments and sampling apply)")
     elif not FLAGS.output_dir:
         raise common.FlagError("--output_dir (a trained model) or --ctranslate2_model (an "
                                "exported one) is required")
@@ -69,7 +120,10 @@ def main(argv):
                              FLAGS.attention_sentences,
                              thread_pools=(FLAGS.intra_op_parallelism_threads,
                                            FLAGS.inter_op_parallelism_threads),
-                             ctranslate2_model=FLAGS.ctranslate2_model)
+                             ctranslate2_model=FLAGS.ctranslate2_model,
+                             target_prefix_file=FLAGS.target_prefix_file,
+                             score_targets=FLAGS.score_targets,
+                             interactive=FLAGS.decode_interactive, seed=FLAGS.seed)
 
 
 def run():

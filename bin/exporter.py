@@ -54,6 +54,12 @@ def main(argv):
     problem, model_name, hparams = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
     # --decode_hparams only the search's settings apply.
+    common.refuse_decode_hparams(
+        ("batch_size", "parallel_batches", "jit_compile", "return_beams", "write_beam_scores",
+         "alignments", "alignment_layer", "sampling_topk", "sampling_temperature"),
+        "to the SavedModel: it searches each request as one batch (XLA: --export_jit_compile), "
+        "serves the n-best lists in its n_best signature and does not sample; beam_size, "
+        "alpha, extra_length, stop_after_finished and num_hypotheses (n_best's N) apply")
     search_hparams, _ = common.decode_hparams_from_flags()
     output = outputs.Output.whole_folder(FLAGS.export_dir, "export_dir")
     export_dir = output.path

@@ -112,7 +112,7 @@ def test_a_checkpoint_removed_while_it_is_read_is_not_called_damaged(data_dir, t
     from tensorflow.python.checkpoint import checkpoint_management
 
     from t2t_lite import checkpoints, registry
-    from t2t_lite.decoding.decoder import load_model
+    from t2t_lite.models.restoring import load_model
     from t2t_lite.storage.run_description import saved_run
 
     output_dir = tmp_path / "run"

@@ -49,9 +49,12 @@ def required_distributions(name: str, extras: frozenset) -> set:
 
 
 def local_module_names() -> set:
-    folders = ["tests", *IMPORTED_BENCHMARK_FOLDERS, "benchmarks/peers/eole",
-               "benchmarks/peers/opennmt_tf"]
-    return {path.stem for folder in folders for path in (REPOSITORY / folder).glob("*.py")}
+    """The repository's modules the tests may import: the test modules at any depth (pytest
+    puts each test's folder on the path, so a test imports a sibling's fixtures) and the
+    benchmark and peer modules."""
+    folders = [*IMPORTED_BENCHMARK_FOLDERS, "benchmarks/peers/eole", "benchmarks/peers/opennmt_tf"]
+    tests = {path.stem for path in (REPOSITORY / "tests").rglob("*.py")}
+    return tests | {path.stem for folder in folders for path in (REPOSITORY / folder).glob("*.py")}
 
 
 def imported_top_level_modules() -> dict:

@@ -12,7 +12,7 @@ import time
 from t2t_lite.bin.common import FLAGS, flags, registry
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
 from t2t_lite.decoding.search import SearchHParams  # noqa: E402
 
 from peer_environment import PeerError  # noqa: E402  (it puts benchmarks/ on sys.path)
@@ -203,7 +203,7 @@ def prepare_data(problem, data_dir: str, tmp_dir: str, out_dir: str, test_senten
                            for feature in ("inputs", "targets"))
     if test_sentences:
         sources, references = sources[:test_sentences], references[:test_sentences]
-    decoder.write_lines(paths["test_source"], [pieces.encode(line) for line in sources])
+    output_files.write_lines(paths["test_source"], [pieces.encode(line) for line in sources])
     paths["test_references"] = references
     return paths, pieces
 

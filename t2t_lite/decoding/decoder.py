@@ -1,16 +1,19 @@
-"""Decoding text files with a trained model, and scoring the output (exact match, sacreBLEU).
+"""Decoding text files with a trained model (t2t's decode_from_file), scoring given
+translations (--score_targets) and translating stdin a line at a time (--decode_interactive);
+and scoring the output (exact match, sacreBLEU).
 
 Lines are sorted by length into batches (less padding), decoded, and written back in input
 order, one output line per input line, as t2t's `decode_from_file` did. t2t sorted the whole
 file and wrote it once every line was decoded, so that a full disk lost hours of decoding at
 the end; here the lines are sorted within windows of Translator.WINDOW_BATCHES batches
 (fairseq-interactive's --buffer-size does the same) and each window is written as soon as it
-is decoded (`TranslationsFile`: under a temporary name, renamed when complete; on a failure
-the lines completed are kept in OUT.partial).
+is decoded (output_files: under a temporary name, renamed when complete; on a failure the
+lines completed are kept in OUT.partial). The search itself is an engine's (results.py): the
+model's (model_engine) or CTranslate2's (ctranslate2_translator).
 
 t2t's --decode_hparams set both what the search does (search.SearchHParams) and how the
-Translator batches and compiles it (TranslatorHParams); parse_decode_hparams gives each name to
-the settings it belongs to.
+Translator batches and compiles it and what is written of it (TranslatorHParams);
+parse_decode_hparams gives each name to the settings it belongs to.
 """
 import concurrent.futures
 import contextlib
@@ -19,30 +22,30 @@ import itertools
 import os
 import sys
 
-import keras
 import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, registry
-from t2t_lite.storage import atomic_files, output_paths, outputs
-from t2t_lite.storage.atomic_files import atomic_write
+from t2t_lite import registry
 from t2t_lite.data import text_files
-from t2t_lite.errors import DataError
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.decoding.ctranslate2_translator import CTranslate2Search
-from t2t_lite.decoding.search import SearchHParams, search
+from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
+from t2t_lite.decoding.model_engine import ModelEngine
+from t2t_lite.decoding.output_files import (DecodingOutputs, OutputForm, TranslationsFile,
+                                            target_score_line)
+from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
-from t2t_lite.models.building import build_model
+from t2t_lite.models import restoring
 from t2t_lite.progress import progress_bar
+from t2t_lite.storage import outputs
 from t2t_lite.storage.run_description import checked_vocabulary
-from t2t_lite.storage.storage_errors import (StorageError, full_storage_message, is_full_storage,
-                                     reported_full_storage)
 
 
 @dataclasses.dataclass(frozen=True)
 class TranslatorHParams:
-    """How the Translator runs the search, the rest of t2t's --decode_hparams. batch_size:
+    """How the Translator runs the search and what the decoder writes of it, the rest of t2t's
+    --decode_hparams. batch_size:
     sentences per batch. jit_compile: the search compiled with XLA, with fixed-size caches and
     batches padded to a few shapes (off by default: on a CPU the growing caches without XLA
     are faster, benchmarks/decode_speed.py). parallel_batches: batches searched at once, each
@@ -51,6 +54,14 @@ class TranslatorHParams:
     batch_size: int = 32
     jit_compile: bool = False
     parallel_batches: int = 0
+    # What is written (output_files): t2t's return_beams (the num_hypotheses best in Moses
+    # n-best format beside the 1-best) and write_beam_scores (the 1-best's score after a tab);
+    # alignments from the encoder-decoder attention of decoder layer alignment_layer averaged
+    # over heads (-1: the last).
+    return_beams: bool = False
+    write_beam_scores: bool = False
+    alignments: bool = False
+    alignment_layer: int = -1
 
 
 def usable_cores() -> int:
@@ -93,6 +104,21 @@ def size_thread_pools(translator_hparams: TranslatorHParams, sentences: int,
 DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
 
 
+def _hypotheses_asked(values: dict) -> dict:
+    """The beam_size, num_hypotheses and return_beams that --decode_hparams' `values` imply:
+    sampling (sampling_topk other than 1, as CTranslate2's) draws one piece a step, so its
+    beam_size is 1 unless given (search.check_search_hparams refuses another); return_beams
+    without num_hypotheses returns the whole beam (t2t's return_beams), and num_hypotheses
+    above 1 writes the n-best lists."""
+    sampling = values.get("sampling_topk", 1) != 1
+    beam_size = values.get("beam_size", 1 if sampling else SearchHParams.beam_size)
+    return_beams = values.get("return_beams", False) or values.get("num_hypotheses", 1) > 1
+    num_hypotheses = values.get("num_hypotheses", 1 if sampling or not return_beams
+                                else beam_size)
+    return {"num_hypotheses": num_hypotheses, "return_beams": return_beams,
+            "beam_size": beam_size}
+
+
 def parse_decode_hparams(overrides: str = "") -> tuple:
     """(SearchHParams, TranslatorHParams) of a --decode_hparams string such as
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
@@ -109,59 +135,32 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
         if name in values and values[name] < least:
             raise HParamsError(f"--decode_hparams: {name}={values[name]}: must be at least "
                                f"{least}")
+    values.update(_hypotheses_asked(values))
     return tuple(kind(**{field.name: values[field.name] for field in dataclasses.fields(kind)
                          if field.name in values})
                  for kind in DECODE_HPARAMS_KINDS)
 
 
-def load_model(model_name: str, hparams, vocab_size: int, output_dir: str,
-               checkpoint_path: str = None):
-    """Builds the model for inference and restores `checkpoint_path` (default: the latest in
-    output_dir). With hparams.mixed_precision bfloat16 or float16 it computes in that dtype
-    with its weights in it too (build_model's for_inference), the checkpoint's float32 values
-    cast once here, whether the model was trained so or in float32 (decoding a float32 model
-    in bfloat16 is hparams.mixed_precision=bfloat16 over its recorded hparams)."""
-    checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
-    model = build_model(model_name, hparams, vocab_size, for_inference=True)
-    if hparams.compute_dtype == "float32":
-        checkpoints.restore(checkpoint_path, model)
-        logging.info("restored %s", checkpoint_path)
-    else:
-        _restore_cast(checkpoint_path, model)
-        logging.info("restored %s, its weights cast to %s", checkpoint_path,
-                     hparams.compute_dtype)
-    return model
-
-
-def _restore_cast(checkpoint_path: str, model):
-    """checkpoints.restore into variables of another dtype than the checkpoint's (TensorFlow
-    restores a variable only in the dtype it was saved in): each stored value is read and
-    cast."""
-    checkpoints.check_compatible(checkpoint_path, model)
-    stored = checkpoints.reader(checkpoint_path)
-    for path, variable in checkpoints.model_variables(model).items():
-        value = stored.get_tensor(checkpoints.checkpoint_key(path))
-        variable.assign(tf.cast(value, variable.dtype))
-
-
 class Translator:
-    """Text in, text out: encode, batch by length, search, decode.
+    """Text in, text out: encode, batch by length, search (or score), decode.
 
     Lines are sorted by length into batches of translator_hparams.batch_size (less padding),
     within windows of WINDOW_BATCHES batches, and the results put back in input order, one
-    window after the other (`translate_in_order`). Up to
+    window after the other (`translate_in_order`, `score_in_order`). Up to
     `parallel_batches_for(translator_hparams)` (resolved once, as `parallel_batches`) batches
     are searched at once, from threads of their own (TensorFlow runs them in parallel; each
-    batch's output does not depend on the others). With XLA (translator_hparams.jit_compile),
-    every batch is padded to batch_size rows and its length rounded up to a multiple of
-    LENGTH_MULTIPLE, and the search keeps fixed shapes, so that it compiles for a few shapes
-    only.
+    batch's output does not depend on the others). The engine searches and scores the batches
+    (results.py): the model's own (model_engine.ModelEngine, the default) or CTranslate2's.
     No line stops the others: an empty line gives an empty translation, a line the vocabulary
     cannot encode gives an empty translation and a warning naming it, and a line longer than
-    `max_input_length` tokens is cut to that length (with EOS) with a warning.
+    `max_input_length` tokens is cut to that length (with EOS) with a warning. A target prefix
+    or a target to score that cannot be encoded leaves its line untranslated or unscored, with
+    a warning naming it.
+
+    Sampling is reproducible: each batch's seed comes from `seed` and the batch's number, so
+    that the same input, batch_size and seed give the same samples.
     """
 
-    LENGTH_MULTIPLE = 16
     # Batches sorted by length together and written together: 2,048 lines at the default
     # batch_size, so that a test set of a few thousand lines keeps almost all of the gain.
     WINDOW_BATCHES = 64
@@ -170,94 +169,133 @@ class Translator:
 
     def __init__(self, model, encoders: dict, search_hparams: SearchHParams = None,
                  max_input_length: int = None, source_name: str = "input",
-                 translator_hparams: TranslatorHParams = None, search_rows=None):
+                 translator_hparams: TranslatorHParams = None, engine=None, seed: int = 0):
         self.model = model
         self.encoders = encoders
         self.search_hparams = search_hparams or SearchHParams()
         self.translator_hparams = translator_hparams or TranslatorHParams()
         self.max_input_length = max_input_length
         self.source_name = source_name
+        self.seed = seed
         self.parallel_batches = parallel_batches_for(self.translator_hparams)
-        # One trace for every batch shape (XLA still compiles each shape it meets).
-        self._search = tf.function(self._search_batch,
-                                   jit_compile=self.translator_hparams.jit_compile,
-                                   input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        # rows of source ids -> (output ids, scores) per row: the model's search, or another
-        # engine's over the same model (ctranslate2_translator.CTranslate2Search).
-        self.search_rows = search_rows or self._search_padded
+        hp = self.translator_hparams
+        self.engine = engine or ModelEngine(
+            model, self.search_hparams, hp.jit_compile, hp.batch_size,
+            hp.alignment_layer if hp.alignments else None)
 
-    def _search_batch(self, inputs):
-        return search(self.model, inputs, self.search_hparams,
-                      fixed_shapes=self.translator_hparams.jit_compile)
-
-    def _search_padded(self, rows: list):
-        """The model's search of source id rows, padded into one batch."""
-        length = max(map(len, rows))
-        if self.translator_hparams.jit_compile:  # few shapes, few compilations
-            batch_size = self.translator_hparams.batch_size
-            rows = rows + [[EOS_ID]] * (batch_size - len(rows))
-            length = -(-length // self.LENGTH_MULTIPLE) * self.LENGTH_MULTIPLE
-        batch = keras.utils.pad_sequences(rows, maxlen=length, padding="post", value=0)
-        ids, batch_scores = self._search(tf.constant(batch, tf.int32))
-        return ids.numpy(), batch_scores.numpy()
-
-    def encode(self, number: int, line: str):
-        """Source ids ending with EOS, or None for a line that gets an empty translation."""
+    def encode(self, number: int, line: str, feature: str = "inputs", name: str = None,
+               eos: bool = True):
+        """The ids of `line` (number `number` of `name`, the source's by default) with the
+        `feature` vocabulary, ending with EOS if `eos`; cut to max_input_length with a
+        warning. None for a line that gets no result: an empty source line (an empty prefix is
+        [] instead) or one the vocabulary cannot encode (with a warning)."""
+        name = name or self.source_name
         if not line.strip():
-            return None
+            return [EOS_ID] if feature == "targets" and eos else (None if eos else [])
         try:
-            ids = self.encoders["inputs"].encode(line)
+            ids = self.encoders[feature].encode(line)
         except ValueError as error:
-            logging.warning("%s line %d not translated: %s", self.source_name, number, error)
+            logging.warning("%s line %d not translated: %s", name, number, error)
             return None
-        if self.max_input_length and len(ids) + 1 > self.max_input_length:
+        limit = self.max_input_length and self.max_input_length - eos
+        if limit and len(ids) > limit:
             logging.warning("%s line %d: %d characters, %d tokens; cut to max_length=%d tokens",
-                            self.source_name, number, len(line), len(ids) + 1,
-                            self.max_input_length)
-            ids = ids[:self.max_input_length - 1]
-        return ids + [EOS_ID]
+                            name, number, len(line), len(ids) + eos, self.max_input_length)
+            ids = ids[:limit]
+        return ids + [EOS_ID] if eos else ids
+
+    def text(self, hypothesis) -> str:
+        """A hypothesis' translation: its ids decoded by the targets vocabulary."""
+        return self.encoders["targets"].decode(hypothesis.ids)
+
+    def texts(self, results: list) -> list:
+        """Per line the texts of its hypotheses, best first ([] for a line not translated)."""
+        return [[self.text(hypothesis) for hypothesis in hypotheses or ()]
+                for hypotheses in results]
 
     def translate(self, lines: list, show_progress: bool = True) -> list:
         return self.translate_with_scores(lines, show_progress)[0]
 
     def translate_with_scores(self, lines: list, show_progress: bool = True):
-        """(translations, scores): beam scores (log probability / length penalty) or greedy
-        log probabilities; None for lines not translated."""
+        """(translations, scores) of the 1-best: beam scores (log probability / length
+        penalty) or greedy log probabilities; "" and None for lines not translated."""
         outputs, scores = [], []
         with contextlib.closing(self.translate_in_order(lines, show_progress)) as windows:
-            for _, window_outputs, window_scores in windows:
-                outputs += window_outputs
-                scores += window_scores
+            for _, results in windows:
+                outputs += [texts[0] if texts else "" for texts in self.texts(results)]
+                scores += [hypotheses[0].score if hypotheses else None
+                           for hypotheses in results]
         return outputs, scores
 
-    def translate_in_order(self, lines: list, show_progress: bool = True):
-        """Yields (index of its first line, translations, scores) of one window of `lines`
-        after the other, in input order, each as soon as its batches are searched: a window
-        is WINDOW_BATCHES batches of lines, sorted by length within it. Batches searched at
-        once (parallel_batches) go on into the next windows meanwhile; closing the generator
+    def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None):
+        """Yields (index of its first line, its results) of one window of `lines` after the
+        other, in input order: a line's result is its hypotheses (results.Hypothesis, best
+        first), or None for a line not translated. `prefixes`: a target prefix per line ("" for
+        none) that its translations begin with."""
+        sources = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
+        if prefixes is None:
+            items = [None if source is None else (source,) for source in sources]
+        else:
+            items = [None if source is None or prefix is None else (source, prefix)
+                     for source, prefix in zip(sources, (
+                         self.encode(number, line, "targets", "--target_prefix_file", eos=False)
+                         for number, line in enumerate(prefixes, start=1)))]
+
+        def search(batch, number):
+            sources = [item[0] for item in batch]
+            batch_prefixes = [item[1] for item in batch] if prefixes is not None else None
+            return self.engine.search(sources, batch_prefixes, self._batch_seed(number))
+        return self._in_order(items, search, "decoding", show_progress)
+
+    def score_in_order(self, lines: list, targets: list, show_progress: bool = True):
+        """Yields (index of its first line, its results) of one window of (line, target)
+        pairs after the other, in input order: a pair's TargetScore, or None for a pair not
+        scored (an empty or unencodable source, an unencodable target). Nothing is
+        searched: one teacher-forced pass a batch."""
+        items = []
+        for number, (line, target) in enumerate(zip(lines, targets), start=1):
+            source = self.encode(number, line)
+            target_ids = None if source is None else self.encode(number, target, "targets",
+                                                                 "--score_targets")
+            items.append(None if target_ids is None else (source, target_ids))
+
+        def score(batch, number):
+            return self.engine.score([item[0] for item in batch], [item[1] for item in batch])
+        return self._in_order(items, score, "scoring", show_progress)
+
+    def _batch_seed(self, number: int) -> int:
+        """The sampling seed of batch `number`, from the Translator's seed."""
+        return (self.seed * 1_000_003 + number) % 2 ** 31
+
+    def _in_order(self, items: list, run_batch, what: str, show_progress: bool):
+        """Yields (first index, results) of each window of `items` (tuples whose first
+        element is source ids, or None for an item without a result): the items are sorted by
+        source length within WINDOW_BATCHES batches, run by `run_batch(batch, batch number)`
+        (a result per item) in up to `parallel_batches` threads, and put back in order.
+        Batches searched at once go on into the next windows meanwhile; closing the generator
         cancels those not started."""
-        encoded = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
         batch_size = self.translator_hparams.batch_size
         window_lines = self.WINDOW_BATCHES * batch_size
         windows = []  # (first line, end, the batches of its lines' indices)
-        for first in range(0, len(lines), window_lines):
-            end = min(first + window_lines, len(lines))
-            todo = sorted((i for i in range(first, end) if encoded[i] is not None),
-                          key=lambda i: len(encoded[i]))
+        for first in range(0, len(items), window_lines):
+            end = min(first + window_lines, len(items))
+            todo = sorted((i for i in range(first, end) if items[i] is not None),
+                          key=lambda i: len(items[i][0]))
             windows.append((first, end, [todo[start:start + batch_size]
                                          for start in range(0, len(todo), batch_size)]))
         batches = [batch for _, _, window_batches in windows for batch in window_batches]
-        outputs, scores = [""] * len(lines), [None] * len(lines)
+        results = [None] * len(items)
 
-        def search_batch(indices):
-            return (indices,) + tuple(self.search_rows([encoded[i] for i in indices]))
+        def run(numbered):
+            number, indices = numbered
+            return indices, run_batch([items[i] for i in indices], number)
 
-        def searched_in_order(pool):
-            """search_batch of each batch, in order, in the pool's threads. A batch not done
-            while a thread of the pool has ended is a MemoryError: a thread whose start fails
-            inside it for want of memory ("Exception ignored in thread started by") ends
-            without the result of the batch it took, which would be waited for for ever."""
-            futures = [pool.submit(search_batch, batch) for batch in batches]
+        def run_in_order(pool):
+            """`run` of each batch, in order, in the pool's threads. A batch not done while a
+            thread of the pool has ended is a MemoryError: a thread whose start fails inside
+            it for want of memory ("Exception ignored in thread started by") ends without the
+            result of the batch it took, which would be waited for for ever."""
+            futures = [pool.submit(run, numbered) for numbered in enumerate(batches)]
             for future in futures:
                 while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
                     # The pool's own set of its threads, which end only when it shuts down.
@@ -274,17 +312,15 @@ class Translator:
         # scope, and starts no pool.
         pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
         try:
-            with progress_bar("decoding", total=sum(map(len, batches)), unit="sentences",
+            with progress_bar(what, total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
-                searched = searched_in_order(pool) if pool else map(search_batch, batches)
+                done = run_in_order(pool) if pool else map(run, enumerate(batches))
                 for first, end, window_batches in windows:
-                    for indices, ids, batch_scores in itertools.islice(searched,
-                                                                       len(window_batches)):
-                        for index, row, row_score in zip(indices, ids, batch_scores):
-                            outputs[index] = self.encoders["targets"].decode([int(i) for i in row])
-                            scores[index] = float(row_score)
+                    for indices, batch_results in itertools.islice(done, len(window_batches)):
+                        for index, result in zip(indices, batch_results):
+                            results[index] = result
                         bar.update(len(indices))
-                    yield first, outputs[first:end], scores[first:end]
+                    yield first, results[first:end]
         finally:
             if pool:  # a consumer that stops early (a failed write) waits for no more batches
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -319,125 +355,102 @@ def read_sentences(path: str, flag: str = None) -> list:
         raise DataError(f"--{flag}: {error}" if flag else str(error)) from None
 
 
-def write_lines(path: str, lines: list):
-    """Writes UTF-8 lines atomically through tf.io.gfile (or to stdout for None)."""
-    if path is None:
-        sys.stdout.write("".join(line + "\n" for line in lines))
-        return
-    with atomic_write(path) as handle:
-        handle.write("".join(line + "\n" for line in lines))
+def read_line_for_line(path: str, flag: str, lines: list, source: str) -> list:
+    """The lines of `path` (read_sentences), a line for each of `lines` (read from `source`):
+    another count is a DataError naming both files and counts."""
+    paired = read_sentences(path, flag)
+    if len(paired) != len(lines):
+        raise DataError(f"--{flag}={path} has {len(paired)} lines but {source} has "
+                        f"{len(lines)}: a line for each input line")
+    return paired
 
 
-class TranslationsFile:
-    """Where the decoder writes its translations, as they are done: `write` appends lines
-    (in input order) and flushes them. A file is written under atomic_files' temporary name
-    (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to
-    its own when the block ends without error, so a file at OUT is always whole and an earlier
-    OUT stays until then (t2t wrote OUT once every line was decoded). When a write fails or
-    the block raises, the temporary is removed and the lines written before are kept in
-    OUT.partial (`partial_path`) instead; a write that fails (a full disk, an I/O error) is one StorageError naming the
-    flag, the file and what was kept, and any other error is preceded by a warning saying
-    what was kept. A complete run removes an OUT.partial left by an earlier one. Without a
-    path, lines go to stdout (a full disk there is a StorageError naming stdout)."""
-
-    def __init__(self, path: str = None, total: int = 0, flag: str = "decode_to_file"):
-        self.path, self.total, self.flag = path, total, flag
-        self.written = []  # the lines written and flushed so far
-        self._handle = None
-
-    @staticmethod
-    def partial_path(path: str) -> str:
-        return path + ".partial"
-
-    def __enter__(self):
-        if self.path is not None:
-            self._temporary = atomic_files.temporary_path(self.path)
-        return self
-
-    def _open(self):
-        """Creates the temporary at the first lines to write (or at the end, for none): a
-        run that dies before (out of memory, in native code) leaves no file."""
-        self._handle = tf.io.gfile.GFile(self._temporary, "w")
-        try:
-            self._handle.write("")  # GFile creates the file at its first write
-        except (OSError, tf.errors.OpError) as error:
-            raise self._write_error(error, "No translation was written") from error
-
-    def write(self, lines: list):
-        text = "".join(line + "\n" for line in lines)
-        if self.path is not None and self._handle is None:
-            self._open()
-        if self._handle is None:
-            with reported_full_storage("stdout"):
-                sys.stdout.write(text)
-                sys.stdout.flush()
-        else:
-            self._handle.write(text)
-            self._handle.flush()
-        self.written += lines
-
-    def __exit__(self, kind, error, traceback):
-        if self.path is None:
-            return False
-        if error is None:
-            if self._handle is None:
-                self._open()  # no lines: an empty file
-            try:
-                self._handle.close()
-                tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
-            except (OSError, tf.errors.OpError) as failure:
-                raise self._write_error(failure, self._keep_partial()) from failure
-            atomic_files.remove_if_exists(self.partial_path(self.path))
-            return False
-        try:
-            if self._handle is not None:
-                self._handle.close()
-        except (OSError, tf.errors.OpError):
-            pass  # the failed write's error again, or the interrupted one's
-        kept = self._keep_partial()
-        if isinstance(error, (OSError, tf.errors.OpError)):
-            raise self._write_error(error, kept) from error
-        logging.warning("decoding stopped: %s", kept)  # the error itself follows
-        return False
-
-    def _write_error(self, error, kept: str) -> StorageError:
-        """One line: the flag, the file, the cause (a full disk, else the error's message), and
-        what was kept."""
-        if is_full_storage(error):
-            cause = full_storage_message(self.path, self.flag)
-        else:
-            message = output_paths.one_line(getattr(error, "message", error))
-            cause = f"--{self.flag}={self.path}: cannot write: {message}"
-        return StorageError(f"{cause}. {kept}")
-
-    def _keep_partial(self) -> str:
-        """Writes the lines written so far to OUT.partial, once the temporary is removed
-        (on a full disk it frees the space they need); says what was kept."""
-        partial = self.partial_path(self.path)
-        try:
-            atomic_files.remove_if_exists(self._temporary)
-            atomic_files.remove_if_exists(partial)  # an earlier run's: not this run's lines
-            if not self.written:
-                return f"No translation was kept (of {self.total} lines)"
-            with atomic_write(partial) as handle:
-                handle.write("".join(line + "\n" for line in self.written))
-        except (OSError, tf.errors.OpError) as error:
-            return (f"The translations done could not be kept in {partial} either: "
-                    f"{output_paths.one_line(getattr(error, 'message', error))}")
-        return (f"The translations of lines 1-{len(self.written)} (of {self.total}) are kept "
-                f"in {partial}")
+def output_form(translator_hparams: TranslatorHParams) -> OutputForm:
+    """What the decoder writes of each translation, from --decode_hparams."""
+    hp = translator_hparams
+    return OutputForm(n_best=hp.return_beams, with_scores=hp.write_beam_scores,
+                      alignments=hp.alignments)
 
 
 def write_translations(translator: Translator, lines: list, path: str = None,
-                       show_progress: bool = True) -> list:
+                       show_progress: bool = True, prefixes: list = None) -> list:
     """Translates `lines` into the file `path` (stdout for None), writing each window of
-    translations as soon as it is decoded (TranslationsFile), and returns the translations.
-    A write that fails stops the decoding at once."""
+    translations as soon as it is decoded (output_files.DecodingOutputs: the n-best lists,
+    scores and alignments too when translator_hparams ask), and returns the 1-best
+    translations. A write that fails stops the decoding at once."""
+    form = output_form(translator.translator_hparams)
+    with DecodingOutputs(path, len(lines), form) as written, \
+            contextlib.closing(translator.translate_in_order(lines, show_progress,
+                                                             prefixes)) as windows:
+        for first, results in windows:
+            written.write(first, translator.texts(results), results)
+    return written.translations
+
+
+def write_target_scores(translator: Translator, lines: list, targets: list, path: str = None,
+                        show_progress: bool = True) -> list:
+    """Scores each (line, target) pair into the file `path` (stdout for None), a line per
+    pair in input order as the windows are scored (output_files.target_score_line), and
+    returns the TargetScores (None for a pair not scored)."""
+    scores = []
     with TranslationsFile(path, len(lines)) as output, \
-            contextlib.closing(translator.translate_in_order(lines, show_progress)) as windows:
-        for _, window_outputs, _ in windows:
-            output.write(window_outputs)
-    return output.written
+            contextlib.closing(translator.score_in_order(lines, targets,
+                                                         show_progress)) as windows:
+        for _, results in windows:
+            output.write([target_score_line(result) for result in results])
+            scores += results
+    return scores
+
+
+def decode_interactively(translator: Translator, stdin=None):
+    """t2t's --decode_interactive: reads a line at a time and writes its translation (and its
+    n-best, scores and alignment if asked, as on stdout: output_files) and flushes it before
+    reading the next; a prompt on stderr only when stdin is a terminal. The search is traced
+    once before the first line, so that the first answer comes as fast as the others."""
+    stdin = stdin or sys.stdin.buffer
+    translator.engine.search([[EOS_ID]], None, 0)  # the tracing, before any line arrives
+    logging.info("ready: translating stdin a line at a time (end it with Ctrl-D)")
+    prompt = stdin.isatty()
+    form = output_form(translator.translator_hparams)
+    lines = text_files.decode_lines(_prompted_lines(stdin, prompt), "stdin",
+                                    invalid_utf8="replace")
+    with DecodingOutputs(None, 0, form) as written:
+        for index, line in enumerate(lines):
+            results = [result for _, window in translator.translate_in_order(
+                [line], show_progress=False) for result in window]
+            written.write(index, translator.texts(results), results)
+
+
+def _prompted_lines(stdin, prompt: bool):
+    """The byte lines of stdin as they arrive, a prompt on stderr before each if asked."""
+    while True:
+        if prompt:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = stdin.readline()
+        if not line:
+            return
+        yield line
+
+
+def _engine(search_hparams: SearchHParams, translator_hparams: TranslatorHParams,
+            ctranslate2_model: str, encoders: dict, model, sentences: int, thread_pools):
+    """The engine of a decoding: CTranslate2's for a ctranslate2_model, else the model's."""
+    if not ctranslate2_model:
+        return None  # the Translator's default: ModelEngine(model)
+    return CTranslate2Engine(
+        ctranslate2_model, encoders["targets"].tokens, search_hparams,
+        parallel_batches_for(translator_hparams),
+        (thread_pools or (0,))[0] or intra_op_threads_for(translator_hparams, sentences),
+        alignments=translator_hparams.alignments)
+
+
+def check_alignment_layer(translator_hparams: TranslatorHParams, layers: int):
+    """An alignment_layer the model has (-layers <= it < layers), or an HParamsError."""
+    layer = translator_hparams.alignment_layer
+    if translator_hparams.alignments and not -layers <= layer < layers:
+        raise HParamsError(f"--decode_hparams: alignment_layer={layer}: the model has "
+                           f"{layers} decoder layers ({-layers} to {layers - 1})")
 
 
 def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
@@ -446,9 +459,13 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
                      translator_hparams: TranslatorHParams = TranslatorHParams(),
                      checkpoint_path: str = None, attention_dir: str = None,
                      attention_sentences: int = 5, thread_pools: tuple = None,
-                     ctranslate2_model: str = None):
+                     ctranslate2_model: str = None, target_prefix_file: str = None,
+                     score_targets: str = None, interactive: bool = False, seed: int = 0):
     """Translates every line of `decode_from` into `decode_to` as it goes
-    (write_translations); with `attention_dir`, draws the attention of the first
+    (write_translations), each beginning with its line of `target_prefix_file` if given; or,
+    with `score_targets`, writes the model's score of each line's target there instead
+    (write_target_scores); or, `interactive`, translates stdin a line at a time
+    (decode_interactively). With `attention_dir`, draws the attention of the first
     `attention_sentences` lines and their translations there (t2t_lite.visualize); with
     `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
     0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
@@ -456,36 +473,45 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
     the one output_dir's hparams.json records is a VocabularyError before any work. With
     `ctranslate2_model` (a folder of t2t_lite-exporter --format=ctranslate2) CTranslate2
     searches instead of the checkpoint's model (ctranslate2_translator), its hparams.json
-    standing for output_dir's; attention pictures need the model itself."""
+    standing for output_dir's; attention pictures need the model itself. `seed` makes
+    sampling reproducible."""
     problem = registry.problem(problem_name)
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    lines = read_sentences(decode_from, "decode_from_file")
+    lines = [] if interactive else read_sentences(decode_from, "decode_from_file")
+    source = decode_from or "stdin"
+    prefixes = targets = None
+    if target_prefix_file is not None:
+        prefixes = read_line_for_line(target_prefix_file, "target_prefix_file", lines, source)
+    if score_targets is not None:
+        targets = read_line_for_line(score_targets, "score_targets", lines, source)
     if thread_pools is not None:
-        size_thread_pools(translator_hparams, len(lines), *thread_pools)
-    references = None if reference is None else read_sentences(reference, "score_reference")
-    if references is not None and len(references) != len(lines):
-        raise DataError(f"{reference} has {len(references)} lines but {decode_from} has "
-                        f"{len(lines)}")
+        size_thread_pools(translator_hparams, len(lines) or 1, *thread_pools)
+    references = None if reference is None else read_line_for_line(
+        reference, "score_reference", lines, source)
     checked_vocabulary(ctranslate2_model or output_dir, problem, data_dir)
-    wanted = [outputs.Output.file(decode_to, "decode_to_file")] if decode_to is not None else []
+    if not ctranslate2_model:
+        check_alignment_layer(translator_hparams, hparams.decoder_layers)
+    form = OutputForm() if score_targets else output_form(translator_hparams)
+    wanted = [outputs.Output.file(path, "decode_to_file")
+              for path in ([] if decode_to is None else form.paths(decode_to).values())]
     if attention_dir:
         wanted.append(outputs.Output.folder(attention_dir, "attention_dir", lock_name=None))
-    # TranslationsFile names a failed write of the translations itself.
+    # The output files name a failed write of the translations themselves.
     with outputs.opened(*wanted, name_full_disk=False):
         encoders = problem.feature_encoders(data_dir)
-        if ctranslate2_model:
-            model = None
-            search_rows = CTranslate2Search(
-                ctranslate2_model, encoders["targets"].tokens, search_hparams,
-                parallel_batches_for(translator_hparams),
-                (thread_pools or (0,))[0] or intra_op_threads_for(translator_hparams, len(lines)))
-        else:
-            model = load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
-                               checkpoint_path)
-            search_rows = None
-        translator = Translator(model, encoders, search_hparams, problem.max_length,
-                                decode_from or "stdin", translator_hparams, search_rows)
-        translations = write_translations(translator, lines, decode_to)
+        model = None if ctranslate2_model else restoring.load_model(
+            model_name, hparams, problem.vocab_size(data_dir), output_dir, checkpoint_path)
+        translator = Translator(
+            model, encoders, search_hparams, problem.max_length, source, translator_hparams,
+            _engine(search_hparams, translator_hparams, ctranslate2_model, encoders, model,
+                    len(lines), thread_pools), seed)
+        if interactive:
+            decode_interactively(translator)
+            return None
+        if score_targets is not None:
+            write_target_scores(translator, lines, targets, decode_to)
+            return None
+        translations = write_translations(translator, lines, decode_to, prefixes=prefixes)
         if attention_dir:
             from t2t_lite import visualize  # matplotlib only when pictures are asked for
             sentences = list(zip(lines, translations))[:attention_sentences]

@@ -14,7 +14,7 @@ def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool =
     float32 master weights, cast where a layer uses them). `for_inference` (the decoder, the
     exporter) keeps them in the compute dtype itself (Keras' "bfloat16" / "float16" policy, as
     keras-hub loads a model for inference with dtype="bfloat16"): a checkpoint's float32
-    values are then cast once, when they are restored (decoding.decoder.load_model), rather
+    values are then cast once, when they are restored (models.restoring.load_model), rather
     than at every use, which in a search is at every step. The values computed are the same:
     either way the embedding matrix (float32 logits: layers.embedding) and the layer norms'
     scales and offsets (which Keras never casts: layers.sublayer) stay float32."""

@@ -25,6 +25,8 @@ How t2t_lite's Transformer maps onto the spec:
     shared embedding and softmax weights       the same matrix in every role (CTranslate2 then
                                                  stores it once)
     source EOS appended                        config.add_source_eos, eos_token = EOS's token
+    (alignments: the last decoder layer's      alignment_layer=-1, alignment_heads=0 (all heads
+      encoder-decoder attention, mean of heads)  averaged), what return_attention returns
 
 Keras kernels are [in, out]; CTranslate2's linear weights are [out, in] (transposed here).
 Only the sublayer sequences can ask for something CTranslate2 has no layout for (a norm after
@@ -45,7 +47,7 @@ from absl import logging
 from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
-from t2t_lite.decoding import decoder
+from t2t_lite.models import restoring
 from t2t_lite.decoding.ctranslate2_translator import (
     EXPORT_RECORD, SENTENCEPIECE_MODEL, import_ctranslate2)
 from t2t_lite.errors import UserError
@@ -61,6 +63,10 @@ QUANTIZATIONS = ("int8", "int8_float32", "int16", "bfloat16", "float32")
 POSITIONS = 1024
 # (layer_preprocess_sequence, layer_postprocess_sequence) without dropout -> pre_norm.
 NORM_LAYOUTS = {("n", "a"): True, ("", "an"): False}
+# The attention translate_batch(return_attention=True) returns, which the alignments are read
+# from: the last decoder layer's encoder-decoder attention, averaged over all its heads (0).
+ALIGNMENT_LAYER = -1
+ALIGNMENT_HEADS = 0
 
 
 class CTranslate2ExportError(UserError, ValueError):
@@ -141,7 +147,8 @@ def model_spec(model, tokens: dict, unknown_token: str):
     hp = model.hparams
     pre_norm = NORM_LAYOUTS[_norm_layout(hp)]
     spec = transformer_spec.TransformerSpec.from_config(
-        (hp.encoder_layers, hp.decoder_layers), hp.num_heads, pre_norm=pre_norm)
+        (hp.encoder_layers, hp.decoder_layers), hp.num_heads, pre_norm=pre_norm,
+        alignment_layer=ALIGNMENT_LAYER, alignment_heads=ALIGNMENT_HEADS)
     table = np.asarray(timing_signal(POSITIONS, hp.hidden_size, hp.timing_signal), np.float32)
     _set_stack(spec.encoder, model.source_embedding, model.encoder_final, pre_norm, table)
     _set_stack(spec.decoder, model.target_embedding, model.decoder_final, pre_norm, table)
@@ -192,8 +199,8 @@ def export_ctranslate2(problem_name: str, model_name: str, hparams, data_dir: st
     encoders = problem.feature_encoders(data_dir)
     checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
     # The spec takes float32 values and quantizes them itself, whatever the model trained in.
-    model = decoder.load_model(model_name, hparams.replace(mixed_precision="float32"),
-                               problem.vocab_size(data_dir), output_dir, checkpoint_path)
+    model = restoring.load_model(model_name, hparams.replace(mixed_precision="float32"),
+                                 problem.vocab_size(data_dir), output_dir, checkpoint_path)
     write_folder(model, encoders, export_dir, quantization,
                  export_record={"checkpoint": checkpoint_path},
                           write_extras=lambda folder: save_run_description(

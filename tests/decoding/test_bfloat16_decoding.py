@@ -1,5 +1,5 @@
 """Decoding in bfloat16 (hparams.mixed_precision=bfloat16): a copy model trained in float32 is
-loaded with its weights cast to bfloat16 once (decoder.load_model), its search multiplies in
+loaded with its weights cast to bfloat16 once (restoring.load_model), its search multiplies in
 bfloat16 with float32 logits, log probabilities and scores, and it translates as the float32
 model does."""
 import collections
@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from t2t_lite import checkpoints, registry
 from t2t_lite.decoding import decoder
+from t2t_lite.models import restoring
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 
@@ -32,9 +33,9 @@ def bfloat16(hparams):
 
 def loaded(trained, hparams):
     data_dir, output_dir, _ = trained
-    return decoder.load_model("transformer", hparams,
-                              registry.problem("algorithmic_copy").vocab_size(data_dir),
-                              output_dir)
+    return restoring.load_model("transformer", hparams,
+                                registry.problem("algorithmic_copy").vocab_size(data_dir),
+                                output_dir)
 
 
 def translator_of(trained, model, **translator_hparams):
@@ -103,7 +104,8 @@ def test_the_search_multiplies_in_bfloat16_and_scores_in_float32(trained):
         rtol=1e-5, atol=1e-6)
 
     translator = translator_of(trained, model)
-    ops = loop_body_ops(translator._search, tf.TensorSpec([None, None], tf.int32))
+    ops = loop_body_ops(translator.engine._searches[False],
+                        tf.TensorSpec([None, None], tf.int32))
     dtypes = collections.Counter((op, tf.as_dtype(node.attr["T"].type).name)
                                  for op, node, _ in ops if op in ("MatMul", "LogSoftmax"))
     # A step's products: per decoder layer the self-attention's q, k, v and output, the

@@ -22,9 +22,12 @@ def test_an_empty_string_is_the_defaults():
 def test_an_unknown_name_names_the_flag_and_lists_the_names_of_both():
     with pytest.raises(HParamsError, match=r"^--decode_hparams: unknown decode hparam "
                                            r"'beam_sise'\. Did you mean 'beam_size'\? Known "
-                                           r"decode hparams: alpha, batch_size, beam_size, "
-                                           r"extra_length, jit_compile, parallel_batches, "
-                                           r"stop_after_finished$"):
+                                           r"decode hparams: alignment_layer, alignments, "
+                                           r"alpha, batch_size, beam_size, extra_length, "
+                                           r"jit_compile, num_hypotheses, parallel_batches, "
+                                           r"return_beams, sampling_temperature, "
+                                           r"sampling_topk, stop_after_finished, "
+                                           r"write_beam_scores$"):
         parse_decode_hparams("beam_sise=2")
 
 
@@ -48,3 +51,30 @@ def test_the_search_without_its_cache_is_gone():
 def test_sizes_below_their_least_are_refused(overrides, message):
     with pytest.raises(HParamsError, match=message):
         parse_decode_hparams(overrides)
+
+
+def test_n_best_and_sampling_settings():
+    """return_beams returns the whole beam unless num_hypotheses says fewer (t2t's
+    return_beams); num_hypotheses above 1 writes the n-best lists; sampling searches with one
+    beam."""
+    search, translator = parse_decode_hparams("beam_size=5,return_beams=true")
+    assert (search.num_hypotheses, translator.return_beams) == (5, True)
+    search, translator = parse_decode_hparams("num_hypotheses=3")
+    assert (search.beam_size, search.num_hypotheses, translator.return_beams) == (4, 3, True)
+    search, translator = parse_decode_hparams("sampling_topk=10,num_hypotheses=6")
+    assert (search.beam_size, search.num_hypotheses, search.sampling_topk) == (1, 6, 10)
+    assert parse_decode_hparams("return_beams=false")[0].num_hypotheses == 1
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ("beam_size=2,num_hypotheses=3", "num_hypotheses=3 is more than beam_size=2"),
+    ("sampling_topk=5,beam_size=4", "sampling_topk=5 samples with beam_size=1 only, not "
+                                    "beam_size=4"),
+    ("sampling_temperature=0", "sampling_temperature=0.0: must be above 0"),
+    ("num_hypotheses=0", "num_hypotheses=0: must be at least 1"),
+    ("sampling_topk=-1", "sampling_topk=-1: must be 0 (every piece) or more"),
+])
+def test_n_best_and_sampling_settings_that_cannot_be(overrides, message):
+    with pytest.raises(HParamsError) as error:
+        parse_decode_hparams(overrides)
+    assert str(error.value) == f"--decode_hparams: {message}"

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import search
 from t2t_lite.layers.attention import FixedLengthCache, MemoryCache, padding_bias
 from t2t_lite.models.building import build_model
@@ -69,8 +69,16 @@ def whole_prefix_log_probs(model, source):
     def next_log_probs(sequence):
         logits = traced_decode(model)(tf.constant([(0,) + sequence], tf.int32),
                                       encoder_output, inputs_padding)[0, -1]
-        return tf.nn.log_softmax(logits).numpy().astype(float)
+        return without_pad(tf.nn.log_softmax(logits).numpy().astype(float))
     return next_log_probs
+
+
+def without_pad(log_probs):
+    """Log probabilities of the next piece as the search sees them: PAD's -inf (it is never an
+    output piece), the others' unchanged."""
+    log_probs = np.array(log_probs, float)
+    log_probs[PAD_ID] = -math.inf
+    return log_probs
 
 
 def greedy_search_by_the_rule(next_log_probs, max_length):
@@ -224,11 +232,20 @@ class TinyVocabularyModel(StandInModel):
     def next_log_probs(self, sequence):
         """Log probabilities [5] of the token after `sequence` (a tuple)."""
         logits = self.table[len(sequence), sequence[-1] if sequence else 0].numpy().astype(float)
-        return logits - math.log(np.exp(logits).sum())
+        return without_pad(logits - math.log(np.exp(logits).sum()))
 
     def log_prob(self, sequence):
         return sum(self.next_log_probs(tuple(sequence[:length]))[token]
                    for length, token in enumerate(sequence))
+
+
+def every_finished_sequence(max_length: int) -> list:
+    """Every sequence TinyVocabularyModel's search can return within max_length: ended by EOS,
+    or cut at the limit, of its other tokens (not PAD)."""
+    others = [2, 3, 4]
+    finished = [list(prefix) + [EOS_ID] for length in range(1, max_length + 1)
+                for prefix in itertools.product(others, repeat=length - 1)]
+    return finished + [list(cut) for cut in itertools.product(others, repeat=max_length)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -238,10 +255,7 @@ def test_a_wide_beam_finds_the_best_scored_sequence(seed):
     probability / length penalty."""
     model = TinyVocabularyModel(seed)
     alpha, max_length = 0.6, 3  # input length 1 + extra_length 2
-    others = [0, 2, 3, 4]
-    finished = [list(prefix) + [EOS_ID] for length in range(1, max_length + 1)
-                for prefix in itertools.product(others, repeat=length - 1)]
-    finished += [list(cut) for cut in itertools.product(others, repeat=max_length)]
+    finished = every_finished_sequence(max_length)
     best, best_score = None, -math.inf
     for sequence in finished:
         score = model.log_prob(sequence) / ((5 + len(sequence)) / 6) ** alpha

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.data.vocab import SymbolVocabulary
-from t2t_lite.decoding import decoder
+from t2t_lite.decoding import decoder, output_files
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 from t2t_lite.storage.storage_errors import StorageError
@@ -72,8 +72,9 @@ def test_a_failed_write_stops_the_decoding_and_keeps_the_lines_written(translato
     lines = symbol_lines(40)
     whole = translator.translate(lines, show_progress=False)
     searched = []
-    search = translator._search
-    monkeypatch.setattr(translator, "_search", lambda batch: searched.append(1) or search(batch))
+    search = translator.engine.search
+    monkeypatch.setattr(translator.engine, "search",
+                        lambda *batch: searched.append(1) or search(*batch))
     path = tmp_path / "decoded.txt"
     path.write_text("an earlier decoding\n")
     FullAfterFirstWrite(monkeypatch)
@@ -161,7 +162,7 @@ def test_the_temporary_is_created_with_the_first_lines(tmp_path):
     """A decoder that dies before it has translated anything (memory that runs out in native
     code, which no Python cleanup sees) leaves no temporary beside --decode_to_file."""
     path = tmp_path / "decoded.txt"
-    with decoder.TranslationsFile(str(path), 2) as output:
+    with output_files.TranslationsFile(str(path), 2) as output:
         assert os.listdir(tmp_path) == []
         output.write(["3 7 1"])
         assert os.listdir(tmp_path) == [".decoded.txt.incomplete"]
@@ -172,12 +173,12 @@ def test_the_temporary_is_created_with_the_first_lines(tmp_path):
 
 MEMORY_RUNS_OUT = """
 import sys
-from t2t_lite.decoding import decoder
+from t2t_lite.decoding import model_engine
 
-def allocate(self, rows):
+def allocate(self, rows, prefixes=None, seed=None):
     raise MemoryError("std::bad_alloc")  # what TensorFlow's kernels raise under ulimit -v
 
-decoder.Translator._search_padded = allocate
+model_engine.ModelEngine.search = allocate
 sys.argv = ["t2t_lite-decoder", *sys.argv[1:]]
 from t2t_lite.bin import decoder as program
 program.run()

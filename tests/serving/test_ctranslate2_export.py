@@ -20,7 +20,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID, SymbolVocabulary
 from t2t_lite.decoding.ctranslate2_translator import (EXPORT_RECORD, SENTENCEPIECE_MODEL,
-                                                      CTranslate2Search)
+                                                      CTranslate2Engine)
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 from t2t_lite.serving import ctranslate2_export
@@ -126,19 +126,6 @@ def test_settings_ctranslate2_has_no_layout_for_are_refused_before_writing(tmp_p
     assert not os.path.exists(export_dir)
 
 
-@pytest.fixture(scope="module")
-def exported_copy_model(trained_copy_model):
-    """(data_dir, output_dir, folder): the trained copy model exported in float32 by
-    t2t_lite-exporter --format=ctranslate2."""
-    data_dir, output_dir, _ = trained_copy_model
-    folder = os.path.join(os.path.dirname(output_dir), "ct2_float32")
-    _, output = program("exporter", "--format=ctranslate2", "--quantization=float32",
-                        f"--data_dir={data_dir}", f"--output_dir={output_dir}",
-                        f"--export_dir={folder}")
-    assert f"--ctranslate2_model={folder}" in output
-    return data_dir, output_dir, folder
-
-
 def test_the_folder_holds_the_model_its_vocabulary_and_records(exported_copy_model):
     data_dir, output_dir, folder = exported_copy_model
     names = set(os.listdir(folder))
@@ -194,9 +181,9 @@ def test_beam_search_lines_that_fail_keep_their_place(exported_copy_model):
     from t2t_lite.decoding.decoder import Translator
     data_dir, _, folder = exported_copy_model
     vocabulary = registry.problem("algorithmic_copy").feature_encoders(data_dir)["targets"]
-    search = CTranslate2Search(folder, vocabulary.tokens, SearchHParams(beam_size=4))
+    search = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(beam_size=4))
     translator = Translator(None, {"inputs": vocabulary, "targets": vocabulary},
-                            search_rows=search)
+                            engine=search)
     outputs, scores = translator.translate_with_scores(
         ["3 7 1", "", "abc", "2 2 9 4"], show_progress=False)
     assert outputs == ["3 7 1", "", "", "2 2 9 4"]
@@ -279,11 +266,11 @@ def test_a_sentencepiece_folder_translates_without_tensorflow(tmp_path):
     encoders = {"inputs": vocabulary, "targets": vocabulary}
     ctranslate2_export.write_folder(model, encoders, folder, "int8")
     assert os.path.isfile(os.path.join(folder, SENTENCEPIECE_MODEL))
-    search = CTranslate2Search(folder, vocabulary.tokens,
+    search = CTranslate2Engine(folder, vocabulary.tokens,
                                SearchHParams(beam_size=4, alpha=0.6, extra_length=20))
     search.max_positions = 20  # the snippet's max_decoding_length
-    expected = Translator(None, encoders, search_rows=search).translate(SENTENCES,
-                                                                        show_progress=False)
+    expected = Translator(None, encoders, engine=search).translate(SENTENCES,
+                                                                   show_progress=False)
     script = tmp_path / "snippet.py"
     script.write_text(SNIPPET)
     _, output = run(sys.executable, str(script), folder, *SENTENCES)

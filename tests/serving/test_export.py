@@ -132,6 +132,7 @@ def test_the_export_is_complete_and_records_its_hparams(trained, exported):
 def test_a_fresh_process_translates_like_the_decoder(trained, fresh_process):
     from t2t_lite import registry
     from t2t_lite.decoding import decoder
+    from t2t_lite.models import restoring
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.storage.run_description import saved_run
     data_dir, output_dir = trained
@@ -141,8 +142,8 @@ def test_a_fresh_process_translates_like_the_decoder(trained, fresh_process):
     # The decoder program's translation (t2t_lite-decoder --decode_from_file), in this process.
     problem = registry.problem("algorithmic_copy")
     run_description = saved_run(output_dir)
-    model = decoder.load_model(run_description["model"], run_description["hparams"],
-                               problem.vocab_size(data_dir), output_dir)
+    model = restoring.load_model(run_description["model"], run_description["hparams"],
+                                 problem.vocab_size(data_dir), output_dir)
     translator = decoder.Translator(model, problem.feature_encoders(data_dir),
                                     SearchHParams(beam_size=4, alpha=0.6),
                                     problem.max_length)
@@ -335,7 +336,8 @@ def test_a_sentencepiece_savedmodel_serves_what_python_computes(sentencepiece_ex
 
 def test_the_savedmodel_holds_the_weights_vocabulary_and_serve_only(sentencepiece_export):
     """A server restores every object and function of the SavedModel: no Keras layers in its
-    object graph, and no function saved twice (the search once, inside `serve`)."""
+    object graph, and no function saved twice (each search once: `serve`'s, and the one
+    `n_best` runs for its N)."""
     import collections
     import re
     from tensorflow.core.protobuf import saved_model_pb2
@@ -352,12 +354,14 @@ def test_the_savedmodel_holds_the_weights_vocabulary_and_serve_only(sentencepiec
     assert kinds["user_object"] <= 5, kinds
     names = collections.Counter(re.sub(r"_\d+$", "", function.signature.name)
                                 for function in graph.graph_def.library.function)
-    assert names["while_body"] == 1
-    # Each tf.cond has its own pair of branches: the beam search's first step has one, the
+    assert names["while_body"] == 2
+    # Each tf.cond has its own pair of branches: each beam search's first step has one, the
     # loop's step another.
-    assert names["cond_true"] == names["cond_false"] == 2
-    assert [name for name, count in names.items()
-            if count > 1 and name not in ("cond_true", "cond_false")] == []
+    assert names["cond_true"] == names["cond_false"] == 4
+    # Every other function of a search appears once per search, no more.
+    repeated = {name: count for name, count in names.items()
+                if count > 2 and name not in ("cond_true", "cond_false")}
+    assert repeated == {}, repeated
 
 
 def test_a_server_needs_only_the_sentencepiece_op_library(sentencepiece_export,

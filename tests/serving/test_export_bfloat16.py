@@ -60,12 +60,13 @@ def test_the_export_serves_the_decoders_bfloat16_translations(trained, exported)
     needs no tensorflow-text, so the SavedModel loads in this process.)"""
     from t2t_lite import registry
     from t2t_lite.decoding import decoder
+    from t2t_lite.models import restoring
     from t2t_lite.decoding.search import SearchHParams
     data_dir, output_dir, hparams = trained
     with open(os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")) as handle:
         lines = handle.read().splitlines()
     problem = registry.problem("algorithmic_copy")
-    model = decoder.load_model("transformer", hparams, problem.vocab_size(data_dir), output_dir)
+    model = restoring.load_model("transformer", hparams, problem.vocab_size(data_dir), output_dir)
     translator = decoder.Translator(model, problem.feature_encoders(data_dir),
                                     SearchHParams(beam_size=4, alpha=0.6), problem.max_length,
                                     translator_hparams=decoder.TranslatorHParams(batch_size=100))

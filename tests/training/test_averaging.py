@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from t2t_lite import checkpoints
 from t2t_lite.checkpoints import CheckpointError
-from t2t_lite.decoding import decoder
+from t2t_lite.models import restoring
 from t2t_lite.models.building import build_model
 from t2t_lite.storage.run_description import save_run_description, saved_run
 from t2t_lite.training import averaging, trainer
@@ -96,8 +96,8 @@ def test_cli_result_loads_in_the_decoder(output_dir, tmp_path):
 
     run = saved_run(output_dir)
     keras.backend.clear_session()
-    model = decoder.load_model(run["model"], run["hparams"], VOCAB_SIZE, output_dir,
-                               checkpoint_path=out)
+    model = restoring.load_model(run["model"], run["hparams"], VOCAB_SIZE, output_dir,
+                                 checkpoint_path=out)
     for path, value in model_values(model).items():
         np.testing.assert_allclose(value, np.full(value.shape, 4.0), err_msg=path)
 

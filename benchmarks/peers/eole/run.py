@@ -58,7 +58,7 @@ from t2t_lite.bin.common import FLAGS, flags, registry
 common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 from t2t_lite.data.problem import TRAIN  # noqa: E402  (after common: its quiet start)
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
 from t2t_lite.training import schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,7 +186,7 @@ def write_training_pairs(source_path: str, target_path: str, out_source: str, ou
 
 def write_sources(path: str, sentences: list, pieces):
     """Raw source sentences as eole's input: pieces and the source EOS."""
-    decoder.write_lines(path, [with_source_eos(pieces.encode(line)) for line in sentences])
+    output_files.write_lines(path, [with_source_eos(pieces.encode(line)) for line in sentences])
 
 
 def output_hypotheses(path: str, pieces) -> list:
@@ -491,7 +491,7 @@ def dev_bleu(venv_python: str, work_dir: str, checkpoint: tuple, paths: dict, pi
                                      max_decoding_length(), FLAGS.seed),
                       f"dev BLEU, step {step}")
     hypotheses = output_hypotheses(output, pieces)
-    decoder.write_lines(os.path.join(work_dir, f"dev_bleu.step_{step}.en"), hypotheses)
+    output_files.write_lines(os.path.join(work_dir, f"dev_bleu.step_{step}.en"), hypotheses)
     scores = decoder.score(hypotheses, references)
     return [{"step": step, "path": model_path, "sentences": len(sources),
              "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
@@ -658,7 +658,7 @@ def train_and_score(venv_python: str, hparams, problem, versions: dict) -> dict:
                            DECODE.alpha, max_decoding_length(), FLAGS.seed),
             "predict")
         hypotheses = output_hypotheses(pieces_path, pieces)
-        decoder.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
+        output_files.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
         scores = decoder.score(hypotheses, references)
         result.update({"bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
                        "bleu_text": scores["bleu_text"], "test_sentences": len(hypotheses)})

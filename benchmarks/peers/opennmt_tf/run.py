@@ -88,7 +88,7 @@ from t2t_lite.bin.common import FLAGS, flags
 common.load_tensorflow()  # the programs' start: a quiet TensorFlow
 
 from t2t_lite.data.problem import DEV, TRAIN  # noqa: E402  (after common: its quiet start)
-from t2t_lite.decoding import decoder  # noqa: E402
+from t2t_lite.decoding import decoder, output_files  # noqa: E402
 from t2t_lite.training import losses, schedules  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -388,7 +388,7 @@ def train_and_score(venv_python: str, hparams, problem, versions: dict) -> dict:
                                        "--predictions_file", pieces_path],
             os.path.join(work_dir, "infer.log"), "infer")
         hypotheses = [pieces.decode(line) for line in decoder.read_sentences(pieces_path)]
-        decoder.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
+        output_files.write_lines(os.path.join(work_dir, "test_2016_flickr.beam4.en"), hypotheses)
         scores = decoder.score(hypotheses, paths["test_references"])
         result.update({"bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
                        "bleu_text": scores["bleu_text"], "test_sentences": len(hypotheses)})
@@ -434,7 +434,7 @@ def dev_bleu_curve(onmt_main: list, common_args: list, work_dir: str, curve_dir:
     sources, references = peer_training.dev_bleu_sentences(
         paths, FLAGS.dev_bleu_source, FLAGS.dev_bleu_reference, FLAGS.dev_bleu_sentences)
     source_path = os.path.join(curve_dir, "dev_bleu.source")
-    decoder.write_lines(source_path, [pieces.encode(line) for line in sources])
+    output_files.write_lines(source_path, [pieces.encode(line) for line in sources])
     greedy_config = os.path.join(work_dir, "greedy.yml")
     write_yaml(greedy_config, {"params": {"beam_width": 1}})
     config_index = common_args.index("--config") + 1
@@ -504,8 +504,9 @@ def prepare_decoding(venv_python: str, work_dir: str, pieces, out_dir: str, sour
              "source": os.path.join(out_dir, "source.tokens"),
              "latency_source": os.path.join(out_dir, "latency.tokens"),
              "config": os.path.join(out_dir, "decode.yml")}
-    decoder.write_lines(setup["source"], [pieces.encode(line) for line in sources])
-    decoder.write_lines(setup["latency_source"], [pieces.encode(line) for line in latency_sources])
+    output_files.write_lines(setup["source"], [pieces.encode(line) for line in sources])
+    output_files.write_lines(setup["latency_source"],
+                             [pieces.encode(line) for line in latency_sources])
     overrides = {"model_dir": os.path.join(out_dir, "onmt_model_dir"),
                  "params": {"beam_width": beam_size, "length_penalty": alpha},
                  "infer": {"batch_size": batch_size, "batch_type": "examples",
