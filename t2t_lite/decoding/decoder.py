@@ -434,7 +434,7 @@ def _prompted_lines(stdin, prompt: bool):
 
 
 def _engine(search_hparams: SearchHParams, translator_hparams: TranslatorHParams,
-            ctranslate2_model: str, encoders: dict, model, sentences: int, thread_pools):
+            ctranslate2_model: str, encoders: dict, sentences: int, thread_pools):
     """The engine of a decoding: CTranslate2's for a ctranslate2_model, else the model's."""
     if not ctranslate2_model:
         return None  # the Translator's default: ModelEngine(model)
@@ -503,7 +503,7 @@ def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
             model_name, hparams, problem.vocab_size(data_dir), output_dir, checkpoint_path)
         translator = Translator(
             model, encoders, search_hparams, problem.max_length, source, translator_hparams,
-            _engine(search_hparams, translator_hparams, ctranslate2_model, encoders, model,
+            _engine(search_hparams, translator_hparams, ctranslate2_model, encoders,
                     len(lines), thread_pools), seed)
         if interactive:
             decode_interactively(translator)
