@@ -73,19 +73,23 @@ def interactive_answers(command: list, sentences: list, log_path: str,
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, encoding="utf-8",
                                errors="replace", env=environment)
-    ready = threading.Event()
+    ready = threading.Event()  # set on the READY line or when stderr closes
+    saw_ready = threading.Event()  # set on the READY line only
     with open(log_path, "w", encoding="utf-8") as log:
         def drain():
             for line in process.stderr:
                 log.write(line)
                 log.flush()
                 if READY in line:
+                    saw_ready.set()
                     ready.set()
             ready.set()  # stderr closed: the process ended
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         try:
-            if not ready.wait(READY_TIMEOUT_SECONDS) or process.poll() is not None:
+            # stderr can close before the ended process is reaped, so poll() alone would race.
+            ready.wait(READY_TIMEOUT_SECONDS)
+            if not saw_ready.is_set() or process.poll() is not None:
                 raise failed(command, process, log_path, "before its ready line")
             result = {"ready_seconds": time.perf_counter() - start, "latency_seconds": [],
                       "translations": []}
