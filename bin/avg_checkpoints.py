@@ -2,12 +2,14 @@
 t2t's avg_checkpoints.py).
 
   t2t_lite-avg-checkpoints --output_dir=O --num_last=5 --out=O/averaged/model.ckpt
+  t2t_lite-avg-checkpoints --output_dir=O --checkpoints=O/best,O/model.ckpt-900 --out=...
   t2t_lite-decoder --data_dir=D --output_dir=O --checkpoint_path=O/averaged/model.ckpt ...
 
 The paper averaged the last 5 checkpoints of the base models and the last 20 of the big ones.
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
+from t2t_lite.errors import FlagError
 
 # The rest of the library is imported in the functions below: it loads TensorFlow, which
 # common.start loads first, quietly.
@@ -17,6 +19,9 @@ def define_flags():
     flags.DEFINE_string("output_dir", None, "The trainer's folder of checkpoints.")
     flags.DEFINE_integer("num_last", 5, "How many of the latest checkpoints to average.",
                          lower_bound=1)
+    flags.DEFINE_list("checkpoints", None, "The checkpoints to average instead of the last "
+                      "--num_last: comma-separated prefixes (O/model.ckpt-1000) or folders with "
+                      "a `checkpoint` file (O/best: the checkpoint it names), of one run.")
     flags.DEFINE_string("out", None, "Where to keep the average, e.g. O/averaged/model.ckpt: a "
                         "folder that holds it and a `checkpoint` file naming it (a new average "
                         "replaces the old one as a unit); --checkpoint_path takes this path.")
@@ -27,8 +32,14 @@ def main(argv):
     from t2t_lite.storage import output_paths, outputs
     from t2t_lite.training import averaging
     common.check_inputs_reachable("output_dir")
-    paths = averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last)
+    if FLAGS.checkpoints is not None and FLAGS["num_last"].present:
+        raise FlagError("--checkpoints and --num_last both choose the checkpoints to "
+                        "average: give one of them")
+    paths = (averaging.listed_checkpoints(FLAGS.checkpoints) if FLAGS.checkpoints is not None
+             else averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last))
     averaging.check_one_run(paths)  # before anything is written
+    if FLAGS.checkpoints is not None:
+        averaging.check_of_output_run(paths, FLAGS.output_dir)
     # The average replaces the one in --out as a unit: the lock is in the folder that holds it.
     output = outputs.Output.folder(FLAGS.out, "out",
                                    lock_folder=output_paths.parent_folder(FLAGS.out))

@@ -7,6 +7,10 @@ On SIGTERM or SIGINT it saves a checkpoint after the update under way, says so i
 exits with status 143 or 130; the same command resumes from that checkpoint. Its handler is in
 place from the program's first instant (a signal before training began ends it at once, with
 one line and the same status, nothing written).
+
+Fine-tuning a trained model on new data (t2t's --warm_start_from; docs/training.md):
+
+  t2t_lite-trainer --problem=algorithmic_reverse ... --warm_start_from=O --output_dir=O2
 """
 import signal
 import sys
@@ -53,9 +57,32 @@ def define_flags():
     flags.DEFINE_integer("eval_bleu_sentences", 100,
                          "Dev sentences decoded for sacreBLEU at each evaluation (0: none).",
                          lower_bound=0)
+    flags.DEFINE_enum("keep_best", defaults.keep_best, ["", "bleu", "loss"],
+                      "After each evaluation, keep a checkpoint that beats the best so far in "
+                      "O/best/ (with best.json: its step and score): by the dev BLEU (higher; "
+                      "needs --eval_bleu_sentences > 0) or the dev loss (lower; needs "
+                      "--eval_steps > 0). Never deleted by --keep_checkpoint_max; the decoder and "
+                      "exporter take it with --checkpoint_path=O/best, the averager with "
+                      "--checkpoints=O/best.")
+    flags.DEFINE_integer("early_stopping_patience", defaults.early_stopping_patience,
+                         "Stop after this many evaluations in a row without an improvement of "
+                         "at least --early_stopping_min_delta over the best, in --keep_best's "
+                         "metric (the dev loss when --keep_best is empty); 0: never.",
+                         lower_bound=0)
+    flags.DEFINE_float("early_stopping_min_delta", defaults.early_stopping_min_delta,
+                       "The smallest change of the dev BLEU or loss that counts as an "
+                       "improvement for --early_stopping_patience.", lower_bound=0)
     flags.DEFINE_boolean("allow_unverified_data", defaults.allow_unverified_data,
                          "Train on shards that have no datagen manifest, e.g. data written by "
                          "other tools.")
+    flags.DEFINE_string("warm_start_from", defaults.warm_start_from,
+                        "Start a new run from the model weights of a trained --output_dir, a "
+                        "folder with a `checkpoint` file (O/best, O/averaged/model.ckpt) or a "
+                        "checkpoint prefix: step 0, a fresh optimizer, this run's hparams and "
+                        "schedule. Its vocabulary, model shape and the hparams that shape the "
+                        "model's function (num_heads, timing signal, norms) must be this "
+                        "run's. Not used "
+                        "when --output_dir holds checkpoints: training resumes from them.")
     flags.mark_flags_as_required(["problem", "data_dir", "hparams_set", "output_dir"])
 
 
@@ -63,21 +90,26 @@ def main(argv, signal_watch=None):
     """Trains as the flags say; `signal_watch` (signals.SignalWatch): the handler of SIGTERM
     and SIGINT that run() installed, with SIGTERM held until the strategy exists."""
     from t2t_lite.decoding.dev_bleu import DevBleu
-    from t2t_lite.training import distribution, trainer
+    from t2t_lite.training import best, distribution, trainer
     # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
     common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
     if signal_watch is not None:  # the workers have met: a signal now stops them all
         signal_watch.keep_until_loop = distribution.cluster_workers() > 1
         signal_watch.release_sigterm()
-    common.check_inputs_reachable("data_dir")  # --output_dir: its lock's check, in train
+    common.check_inputs_reachable("data_dir", "warm_start_from")  # --output_dir: in train
     config = trainer.RunConfig(
         train_steps=FLAGS.train_steps, train_minutes=FLAGS.train_minutes,
         eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
         jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices),
-        allow_unverified_data=FLAGS.allow_unverified_data)
+        allow_unverified_data=FLAGS.allow_unverified_data, keep_best=FLAGS.keep_best,
+        early_stopping_patience=FLAGS.early_stopping_patience,
+        early_stopping_min_delta=FLAGS.early_stopping_min_delta,
+        warm_start_from=FLAGS.warm_start_from)
+    # On every worker (the chief alone measures BLEU): one that went on alone would wait.
+    best.check_measured(config, ["val_bleu"] if FLAGS.eval_bleu_sentences else [])
     callbacks = []
     if FLAGS.eval_bleu_sentences and distribution.is_chief(strategy):
         callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,

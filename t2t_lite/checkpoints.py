@@ -80,7 +80,7 @@ def _data_file_name(checkpoint_path: str) -> str:
     return files[0] if len(files) == 1 else checkpoint_path + ".data-*"
 
 
-def _step_of(checkpoint_path: str) -> int:
+def step_of(checkpoint_path: str) -> int:
     """The step in a checkpoint's name ("model.ckpt-40", "average-40-TOKEN"); -1 without one."""
     found = re.search(r"-(\d+)", checkpoint_path.rsplit("/", 1)[-1])
     return int(found.group(1)) if found else -1
@@ -109,7 +109,7 @@ def _damaged(checkpoint_path: str, damaged_file: str, reason: str) -> Checkpoint
         return RemovedCheckpointError(checkpoint_path)
     folder = output_paths.parent_folder(checkpoint_path)
     others = sorted((path for path in existing_checkpoints(folder) if path != checkpoint_path),
-                    key=lambda path: (_step_of(path), path), reverse=True)
+                    key=lambda path: (step_of(path), path), reverse=True)
     restorable = next((path for path in others if _reads_whole(path)), None)
     return DamagedCheckpointError(checkpoint_path, damaged_file, reason, restorable)
 
@@ -328,6 +328,16 @@ def existing_checkpoints(folder: str) -> list:
     return sorted(path[:-len(".index")] for path in tf.io.gfile.glob(pattern))
 
 
+def named_by(path: str):
+    """The checkpoint `path` stands for: `path` itself when it is a checkpoint prefix, else
+    the latest checkpoint of the folder `path` (an output folder, O/best, an average's
+    folder); None when it is neither."""
+    # The prefix first: on ram:// a prefix also counts as a folder (see reader).
+    if tf.io.gfile.exists(path + ".index"):
+        return path
+    return latest(path) if tf.io.gfile.isdir(path) else None
+
+
 def resolve(output_dir: str, checkpoint_path: str = None) -> str:
     """`checkpoint_path` (a checkpoint prefix, or a folder for its latest checkpoint) once it is
     known to exist, else output_dir's latest; a CheckpointError names the path and lists the
@@ -338,13 +348,9 @@ def resolve(output_dir: str, checkpoint_path: str = None) -> str:
             raise CheckpointError(f"no checkpoint in {output_dir}: train first "
                                   f"(t2t_lite-trainer --output_dir={output_dir})")
         return found
-    # The prefix first: on ram:// a prefix also counts as a folder (see reader).
-    if tf.io.gfile.exists(checkpoint_path + ".index"):
-        return checkpoint_path
-    if tf.io.gfile.isdir(checkpoint_path):
-        found = tf.train.latest_checkpoint(checkpoint_path)
-        if found:
-            return found
+    found = named_by(checkpoint_path)
+    if found:
+        return found
     folders = dict.fromkeys([output_dir, output_paths.parent_folder(checkpoint_path)])
     existing = [path for folder in folders if tf.io.gfile.isdir(folder)
                 for path in existing_checkpoints(folder)]

@@ -281,3 +281,21 @@ def test_a_damaged_record_is_one_error_naming_the_file(tmp_path, record, fault):
     with pytest.raises(RunDescriptionError, match=f"{path} cannot be read") as error:
         saved_run(str(tmp_path))
     assert fault in str(error.value)
+
+
+def test_a_vocabulary_is_its_files_contents_whatever_their_names():
+    """A vocabulary that datagen's --vocab_from copied under another problem's file name is the
+    same vocabulary; the messages still name the files."""
+    from t2t_lite.storage.run_description import same_vocabulary, vocabulary_difference
+    record = {"data_dir": "/a", "vocab_size": 100,
+              "files": [{"name": "vocab.translate_multi30k_deen.8192.bpe.model",
+                         "sha256": "1" * 64}]}
+    copied = {"data_dir": "/b", "vocab_size": 100,
+              "files": [{"name": VOCABULARY_FILE, "sha256": "1" * 64}]}
+    other = {**copied, "files": [{"name": VOCABULARY_FILE, "sha256": "2" * 64}]}
+    assert same_vocabulary(record, copied) and same_vocabulary(copied, record)
+    assert not same_vocabulary(record, other)
+    assert vocabulary_difference(record, "/r/hparams.json", other) == (
+        f"/b/{VOCABULARY_FILE} (sha256 {'2' * 12}) is not "
+        f"/a/vocab.translate_multi30k_deen.8192.bpe.model (sha256 {'1' * 12}), which "
+        f"/r/hparams.json records")

@@ -145,21 +145,52 @@ def bucket_each_length(dataset: tf.data.Dataset, hparams, max_length: int,
     return dataset.group_by_window(key, batch, window_size_func=window_size)
 
 
-def batched_dataset(filepattern: str, hparams, training: bool, shuffle_files: bool = True,
-                    repeat: bool = None, num_replicas: int = 1,
-                    seed: int = None) -> tf.data.Dataset:
-    """Training: shuffled and repeated. Evaluation: in file order, repeated only if asked (then
-    every evaluation sees the same first batches). Repeated datasets give full batches only, so
-    there is one batch shape per bucket. Examples over max_length are dropped in both (the
-    buckets end at max_length; t2t kept long dev examples)."""
-    max_length = hparams.max_length
-    repeat = training if repeat is None else repeat
+def corpus_examples(filepattern: str, max_length: int, training: bool, shuffle_files: bool,
+                    repeat: bool, seed: int = None) -> tf.data.Dataset:
+    """The examples of one corpus's shards, of at most max_length: shuffled in training (seeded
+    when `seed` is given), repeated if asked."""
     dataset = read_examples(filepattern, shuffle_files=shuffle_files, seed=seed)
     dataset = dataset.filter(lambda example: example_length(example) <= max_length)
     if training:
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed)
     if repeat:
         dataset = dataset.repeat()
+    return dataset
+
+
+def weighted_examples(filepatterns: list, weights: list, max_length: int, training: bool,
+                      shuffle_files: bool, repeat: bool, seed: int = None) -> tf.data.Dataset:
+    """Examples drawn from several corpora, each read as `corpus_examples`, the next one from
+    corpus i with probability weights[i] / sum(weights) (tf.data's sample_from_datasets, as
+    OpenNMT-tf samples its weighted training files), seeded by `seed`: the same seed gives the
+    same order. Finite corpora (repeat=False) are drawn from until the last one ends."""
+    # A seed of its own for each corpus: corpora of one size would be shuffled alike.
+    corpora = [corpus_examples(pattern, max_length, training, shuffle_files, repeat,
+                               None if seed is None else seed + index)
+               for index, pattern in enumerate(filepatterns)]
+    total = float(sum(weights))
+    return tf.data.Dataset.sample_from_datasets(
+        corpora, weights=[weight / total for weight in weights], seed=seed)
+
+
+def batched_dataset(filepattern, hparams, training: bool, shuffle_files: bool = True,
+                    repeat: bool = None, num_replicas: int = 1, seed: int = None,
+                    weights: list = None) -> tf.data.Dataset:
+    """Training: shuffled and repeated. Evaluation: in file order, repeated only if asked (then
+    every evaluation sees the same first batches). Repeated datasets give full batches only, so
+    there is one batch shape per bucket. Examples over max_length are dropped in both (the
+    buckets end at max_length; t2t kept long dev examples).
+
+    `filepattern`: the shards of one corpus, or a list of several corpora's patterns whose
+    examples are drawn by `weights` (one each) before they are bucketed (`weighted_examples`),
+    so that every batch holds them in those proportions."""
+    max_length = hparams.max_length
+    repeat = training if repeat is None else repeat
+    if isinstance(filepattern, str):
+        dataset = corpus_examples(filepattern, max_length, training, shuffle_files, repeat, seed)
+    else:
+        dataset = weighted_examples(filepattern, weights, max_length, training, shuffle_files,
+                                    repeat, seed)
     bucket = bucket_each_length if hparams.length_bucketing == "each" else bucket_by_length
     dataset = bucket(dataset, hparams, max_length, drop_remainder=repeat,
                      num_replicas=num_replicas)

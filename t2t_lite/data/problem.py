@@ -6,7 +6,8 @@ EOS, write sharded TFRecords atomically with a manifest per split (`generate_dat
 against it (`check_data`) and a batch size against the tokens they hold (`check_batch_size`), and
 read them back as length-bucketed token batches (`dataset`).
 Splits that are decoded and scored rather than trained on (the test split) are also written as
-plain text, one sentence a line, for the decoder.
+plain text, one sentence a line, for the decoder. The training split may be several corpora
+(`train_corpora`), each written as a split of its own and drawn from by weight.
 
 Datagen holds a lock in data_dir while it writes (`datagen_output`), which t2t did not: two
 datagens on one folder removed and renamed each other's files and ended in NotFoundError or
@@ -24,7 +25,7 @@ from t2t_lite.storage import atomic_files, outputs
 from t2t_lite.data import pipeline, records
 from t2t_lite.progress import progress_bar
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.errors import DataError
+from t2t_lite.errors import DataError, UserError
 from t2t_lite.hparams_lib import HParams
 
 TRAIN, DEV, TEST = "train", "dev", "test"
@@ -38,6 +39,18 @@ class Split:
     """One split: its name and how many TFRecord shards it gets (0: written as text only)."""
     name: str
     shards: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """Shards with a manifest of their own that training reads as one source of examples: a
+    split, or one of the training split's corpora. `name`: what filepattern and manifest_path
+    take (a split name, or "train.c0" for a problem's first training corpus); `weight`: its
+    share of the training examples, None for a share in proportion to its examples."""
+    name: str
+    filepattern: str
+    manifest: str
+    weight: float = None
 
 
 def datagen_output(data_dir: str, purpose: str = None) -> outputs.Output:
@@ -87,6 +100,36 @@ class Problem:
         """The split's manifest, written by datagen after its shards (P-train.manifest.json)."""
         return records.manifest_path(data_dir, f"{self.name}-{split_name}")
 
+    def corpus(self, data_dir: str, name: str, weight: float = None) -> Corpus:
+        """The Corpus of the shards written under `name` in data_dir."""
+        return Corpus(name, self.filepattern(data_dir, name), self.manifest_path(data_dir, name),
+                      weight)
+
+    def train_corpora(self, data_dir: str) -> list:
+        """The corpora the training split is drawn from, each with its weight: by default one,
+        the train split itself. A problem of several (translate_text_files) lists them; the
+        checks, the trainer's input and the data watch then take them all."""
+        return [self.corpus(data_dir, TRAIN)]
+
+    def split_corpora(self, data_dir: str, split_name: str) -> list:
+        """The corpora of a split: train_corpora for the train split, else the split alone."""
+        if split_name == TRAIN:
+            return self.train_corpora(data_dir)
+        return [self.corpus(data_dir, split_name)]
+
+    def corpus_weights(self, corpora: list) -> list:
+        """The sampling weights of `corpora`, summing to 1: their own, or when one has none,
+        each corpus's share of all their examples (as if they were one corpus; OpenNMT-tf's
+        default too). The records are counted from the manifests, or from the shards where
+        there is none (unverified data)."""
+        if all(corpus.weight is not None for corpus in corpora):
+            weights = [corpus.weight for corpus in corpora]
+        else:
+            weights = [records.count_records(corpus.manifest, corpus.filepattern)
+                       for corpus in corpora]
+        total = float(sum(weights))
+        return [weight / total if total else 1 / len(weights) for weight in weights]
+
     def datagen_command(self, data_dir: str) -> str:
         """The command that (re)generates data_dir, for error messages."""
         return f"t2t_lite-datagen --problem={self.name} --data_dir={data_dir} --tmp_dir=TMP_DIR"
@@ -113,14 +156,45 @@ class Problem:
         """Reads the raw inputs once before anything is written, so that a fault in them ends
         datagen before the long work; nothing by default (the raw data is fetched later)."""
 
-    def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
+    def prepare_vocabulary(self, data_dir: str, tmp_dir: str, vocab_from: str = None):
         """Builds what feature_encoders needs (a trained vocabulary, say); nothing by default.
-        Datagen calls it first, holding data_dir's lock."""
+        Datagen calls it first, holding data_dir's lock. `vocab_from`: datagen's --vocab_from,
+        a folder or file whose vocabulary to take instead of training one
+        (`check_vocabulary_source`)."""
+        self.check_vocabulary_source(data_dir, vocab_from)
 
-    def generate_data(self, data_dir: str, tmp_dir: str) -> dict:
+    def check_vocabulary_source(self, data_dir: str, vocab_from: str = None):
+        """Refuses, before anything is written, a --vocab_from this problem cannot take: by
+        default every one, since the problem makes its own vocabulary (the algorithmic
+        problems' is made in code, the same in every data folder). Text2TextProblem takes
+        one."""
+        if vocab_from is None:
+            return
+        try:
+            made_in_code = not self.vocabulary_files(data_dir)
+        except UserError:  # a vocabulary file that is not there yet
+            made_in_code = False
+        why = (f"its vocabulary is made in code ({self.vocab_size(data_dir)} ids, the same in "
+               f"every data folder), not a file to take from another"
+               if made_in_code else "it makes its own vocabulary")
+        raise DataError(f"--vocab_from={vocab_from} is not for {self.name}: {why}. Generate "
+                        f"its data without --vocab_from")
+
+    def vocabulary_origin(self, data_dir: str):
+        """Where the vocabulary in data_dir came from, for each split's manifest
+        (records.write_manifest): {"from": "trained" or --vocab_from's path, "sha256", ...};
+        None (nothing recorded) by default, as for a vocabulary made in code."""
+        return None
+
+    def generate_data(self, data_dir: str, tmp_dir: str, vocab_from: str = None) -> dict:
         """Writes every split to `data_dir` and logs a summary; splits already complete are
         kept, so running again after an interruption or a full disk finishes the work. Returns
-        {split: stats} for the splits written now.
+        {split: stats} for the splits written now. `vocab_from` (datagen's --vocab_from):
+        the vocabulary of another data folder or of a trained model, taken instead of training
+        one (`prepare_vocabulary`); checked before anything is written
+        (`check_vocabulary_source`). Each split's manifest records where the vocabulary came
+        from (`vocabulary_origin`), and a split kept from an earlier run must have been
+        encoded with the vocabulary there now.
 
         Holds data_dir's lock (`datagen_output`) while it writes; a datagen already writing there is
         refused at once, before the raw data is read. A full disk is one StorageError naming
@@ -130,10 +204,11 @@ class Problem:
                                                                     lock_name=None)
         tmp.check()
         data.check()  # at once, before the checks of the raw data
+        self.check_vocabulary_source(data_dir, vocab_from)  # before anything is written
         self.check_raw_data(tmp_dir)
         tmp.prepare()  # no lock: raw files and downloads may be shared by several data folders
         with outputs.opened(data):
-            self.prepare_vocabulary(data_dir, tmp_dir)
+            self.prepare_vocabulary(data_dir, tmp_dir, vocab_from)
             encoders = self.feature_encoders(data_dir)
             written = {}
             for split in self.dataset_splits():
@@ -152,10 +227,13 @@ class Problem:
         again. t2t kept any split whose shard files existed, truncated or not."""
         paths = self.filepaths(data_dir, split)
         manifest = self.manifest_path(data_dir, split.name)
+        vocabulary = self.vocabulary_origin(data_dir)
         if tf.io.gfile.exists(manifest):
             fault = self.split_fault(data_dir, split.name)
             if fault is None and records.manifest_shards(manifest) != paths:
                 fault = f"{manifest} lists other shards than the {len(paths)} it needs now"
+            if fault is None:
+                fault = _other_vocabulary(manifest, vocabulary, data_dir)
             if fault is None:
                 logging.info("%s: %d shards already complete (verified against %s), kept",
                              split.name, len(paths), manifest)
@@ -171,7 +249,8 @@ class Problem:
         try:
             with progress_bar(f"{self.name} {split.name}") as bar:
                 records.write_shards(self.encode_samples(samples, encoders, stats), paths,
-                                     on_example=lambda n: bar.update(1), manifest=manifest)
+                                     on_example=lambda n: bar.update(1), manifest=manifest,
+                                     vocabulary=vocabulary)
         except BaseException:  # a full disk, an interrupt: no shard without its manifest left
             records.remove_split(data_dir, prefix)
             raise
@@ -201,11 +280,11 @@ class Problem:
                  f"  vocabulary size: {self.vocab_size(data_dir)}"]
         for name, stats in written.items():
             lines.append(f"  {name}: {stats.describe()}")
-        if written.get(TRAIN):
+        corpora = self.train_corpora(data_dir)
+        if any(written.get(corpus.name) for corpus in corpora):
             hparams = HParams(max_length=self.max_length)  # transformer_base's batch_size
             # Not self.dataset: the shards were verified as they were written.
-            train = pipeline.batched_dataset(self.filepattern(data_dir, TRAIN), hparams,
-                                             training=False, shuffle_files=False)
+            train = self._batches(corpora, hparams, training=False, shuffle_files=False)
             fraction = pipeline.padding_fraction(train, num_batches=200)
             lines.append(f"  padding in bucketed batches of {hparams.batch_size} tokens: "
                          f"{100 * fraction:.1f}%")
@@ -226,51 +305,56 @@ class Problem:
         tools) they are read with a warning. A datagen writing data_dir is refused too."""
         datagen_output(data_dir, f"read the data in {data_dir}").lock().refuse_if_held()
         for split_name in split_names:
-            pattern = self.filepattern(data_dir, split_name)
-            manifest = self.manifest_path(data_dir, split_name)
-            if not tf.io.gfile.exists(manifest):
-                if not tf.io.gfile.glob(pattern):
-                    raise DataError(f"no {split_name} data matches {pattern}: run "
-                                    f"{self.datagen_command(data_dir)} first")
-                if not allow_unverified:
-                    raise DataError(
-                        f"the {split_name} shards in {data_dir} have no manifest {manifest}, "
-                        f"so nothing tells whether they are whole (an interrupted datagen, or "
-                        f"shards written by another tool): rerun "
-                        f"{self.datagen_command(data_dir)}, which writes the split again with "
-                        f"its manifest, or pass --allow_unverified_data to train on them as "
-                        f"they are")
-                _warn_unverified(manifest, self.datagen_command(data_dir))
-                continue
-            fault = self.split_fault(data_dir, split_name, checksums)
-            if fault:
-                raise DataError(f"{fault}: the {split_name} data in {data_dir} is incomplete or "
-                                f"damaged; rerun {self.datagen_command(data_dir)}, which "
-                                f"writes this split again")
+            for corpus in self.split_corpora(data_dir, split_name):
+                self._check_corpus(data_dir, split_name, corpus, checksums, allow_unverified)
+
+    def _check_corpus(self, data_dir: str, split_name: str, corpus: Corpus, checksums: bool,
+                      allow_unverified: bool):
+        """check_data of one corpus of the split `split_name`."""
+        if not tf.io.gfile.exists(corpus.manifest):
+            if not tf.io.gfile.glob(corpus.filepattern):
+                raise DataError(f"no {split_name} data matches {corpus.filepattern}: run "
+                                f"{self.datagen_command(data_dir)} first")
+            if not allow_unverified:
+                raise DataError(
+                    f"the {split_name} shards in {data_dir} have no manifest {corpus.manifest}, "
+                    f"so nothing tells whether they are whole (an interrupted datagen, or "
+                    f"shards written by another tool): rerun "
+                    f"{self.datagen_command(data_dir)}, which writes the split again with "
+                    f"its manifest, or pass --allow_unverified_data to train on them as "
+                    f"they are")
+            _warn_unverified(corpus.manifest, self.datagen_command(data_dir))
+            return
+        fault = self._corpus_fault(corpus, checksums)
+        if fault:
+            raise DataError(f"{fault}: the {split_name} data in {data_dir} is incomplete or "
+                            f"damaged; rerun {self.datagen_command(data_dir)}, which "
+                            f"writes this split again")
 
     def check_batch_size(self, data_dir: str, hparams, num_replicas: int = 1):
         """Refuses, before training, an update that asks for more tokens than one pass over the
         training split holds: batch_size (per replica, as in t2t) x num_replicas x
-        optimizer_multistep_accumulate_steps, against the split's tokens counted as batch_size
-        counts them (`pipeline.batch_tokens_of_pass`, from the example lengths its manifest
-        records). Such a batch fills only after the data repeats, if ever: batch_size=50000000
-        on the copy task gathered examples to 2 GB without a step for 10 minutes, and a
-        max_length under every example ended in a StopIteration traceback.
+        optimizer_multistep_accumulate_steps, against the split's tokens (of all its corpora,
+        `train_corpora`) counted as batch_size counts them (`pipeline.batch_tokens_of_pass`,
+        from the example lengths their manifests record). Such a batch fills only after the
+        data repeats, if ever: batch_size=50000000 on the copy task gathered examples to 2 GB
+        without a step for 10 minutes, and a max_length under every example ended in a
+        StopIteration traceback.
 
         A manifest written before the lengths were recorded gives an upper bound, records x
         max_length, so that only batches that surely cannot fill are refused; shards without a
         manifest (allowed unverified data) are not checked. A batch_size under the longest
         example's padded length only gets a warning: that example still trains, alone in its
         batch (t2t's max(1, batch_size // length)), in more tokens than batch_size."""
-        manifest = self.manifest_path(data_dir, TRAIN)
-        if not tf.io.gfile.exists(manifest):
+        manifests = [corpus.manifest for corpus in self.train_corpora(data_dir)]
+        if not all(tf.io.gfile.exists(manifest) for manifest in manifests):
             return
-        lengths = records.manifest_example_lengths(manifest)
+        lengths, manifest = _example_lengths(manifests)
         accumulate = hparams.optimizer_multistep_accumulate_steps
         asked = hparams.batch_size * num_replicas * accumulate
         flag = f"--hparams=batch_size={hparams.batch_size}"
         if lengths is None:
-            count = sum(shard["records"] for shard in records.read_manifest(manifest)["shards"])
+            count = sum(records.read_manifest(path)["records"] for path in manifests)
             held = count * hparams.max_length
             holds = (f"at most {held} tokens ({count} examples x max_length="
                      f"{hparams.max_length}; {manifest}, from an older datagen, does not record "
@@ -313,20 +397,29 @@ class Problem:
                             "its own, of more tokens than batch_size", hparams.batch_size, padded)
 
     def split_fault(self, data_dir: str, split_name: str, checksums: bool = True) -> str:
-        """None when the split has a manifest and its shards are the ones it lists, with their
-        sizes and (with `checksums`) sha256; else what is wrong, naming the file: a missing,
-        truncated or changed shard, a damaged manifest, or a shard it does not list."""
-        manifest = self.manifest_path(data_dir, split_name)
-        if not tf.io.gfile.exists(manifest):
-            return f"there is no manifest {manifest}"
-        fault = records.verify_manifest(manifest, checksums=checksums)
+        """None when each corpus of the split (split_corpora) has a manifest and its shards are
+        the ones it lists, with their sizes and (with `checksums`) sha256; else what is wrong
+        with the first that has not, naming the file: a missing, truncated or changed shard, a
+        damaged manifest, or a shard it does not list."""
+        for corpus in self.split_corpora(data_dir, split_name):
+            if not tf.io.gfile.exists(corpus.manifest):
+                return f"there is no manifest {corpus.manifest}"
+            fault = self._corpus_fault(corpus, checksums)
+            if fault:
+                return fault
+        return None
+
+    @staticmethod
+    def _corpus_fault(corpus: Corpus, checksums: bool) -> str:
+        """split_fault of one corpus whose manifest exists."""
+        fault = records.verify_manifest(corpus.manifest, checksums=checksums)
         if fault:
             return fault
-        pattern = self.filepattern(data_dir, split_name)
-        stray = sorted(set(tf.io.gfile.glob(pattern)) - set(records.manifest_shards(manifest)))
+        listed = set(records.manifest_shards(corpus.manifest))
+        stray = sorted(set(tf.io.gfile.glob(corpus.filepattern)) - listed)
         if stray:
-            return (f"{stray[0]} is not one of the shards that {manifest} lists (a leftover of "
-                    f"another datagen)")
+            return (f"{stray[0]} is not one of the shards that {corpus.manifest} lists (a "
+                    f"leftover of another datagen)")
         return None
 
     def corrupt_data_error(self, data_dir: str, split_names=(TRAIN, DEV),
@@ -335,7 +428,8 @@ class Problem:
         "corrupted record at N" names no file): it names the first shard of `split_names` that
         cannot be read to its end, found by reading them all, and the datagen command."""
         for split_name in split_names:
-            paths = sorted(tf.io.gfile.glob(self.filepattern(data_dir, split_name)))
+            paths = sorted(path for corpus in self.split_corpora(data_dir, split_name)
+                           for path in tf.io.gfile.glob(corpus.filepattern))
             found = records.find_corrupt_shard(paths)
             if found:
                 path, message = found
@@ -355,16 +449,41 @@ class Problem:
                 num_replicas: int = 1, seed: int = None,
                 allow_unverified: bool = False) -> tf.data.Dataset:
         """Length-bucketed token batches of {"inputs", "targets"} (int32, padded with 0), of
-        about hparams.batch_size tokens for each of `num_replicas` replicas. The shards are
-        checked against the manifest's sizes first (missing or truncated shards); `check_data`
-        compares their checksums too. `allow_unverified` as in check_data."""
+        about hparams.batch_size tokens for each of `num_replicas` replicas; a split of several
+        corpora (split_corpora) draws its examples from them by their weights
+        (`corpus_weights`), seeded by `seed`. The shards are checked against the manifest's
+        sizes first (missing or truncated shards); `check_data` compares their checksums too.
+        `allow_unverified` as in check_data."""
         self.check_data(data_dir, [split_name], checksums=False,
                         allow_unverified=allow_unverified)
-        pattern = self.filepattern(data_dir, split_name)
-        return pipeline.batched_dataset(pattern, hparams, training=training,
-                                        shuffle_files=training if shuffle_files is None
-                                        else shuffle_files, repeat=repeat,
-                                        num_replicas=num_replicas, seed=seed)
+        return self._batches(self.split_corpora(data_dir, split_name), hparams, training,
+                             training if shuffle_files is None else shuffle_files, repeat,
+                             num_replicas, seed)
+
+    def _batches(self, corpora: list, hparams, training: bool, shuffle_files: bool,
+                 repeat: bool = None, num_replicas: int = 1, seed: int = None):
+        """pipeline.batched_dataset of one corpus, or of several by their weights."""
+        if len(corpora) == 1:
+            patterns, weights = corpora[0].filepattern, None
+        else:
+            patterns = [corpus.filepattern for corpus in corpora]
+            weights = self.corpus_weights(corpora)
+        return pipeline.batched_dataset(patterns, hparams, training=training,
+                                        shuffle_files=shuffle_files, repeat=repeat,
+                                        num_replicas=num_replicas, seed=seed, weights=weights)
+
+
+def _example_lengths(manifests: list) -> tuple:
+    """({length: how many examples} of all these manifests together, None) when each records
+    them; else (None, the first manifest that does not)."""
+    total = {}
+    for manifest in manifests:
+        lengths = records.manifest_example_lengths(manifest)
+        if lengths is None:
+            return None, manifest
+        for length, count in lengths.items():
+            total[length] = total.get(length, 0) + count
+    return total, None
 
 
 _warned_unverified = set()
@@ -378,6 +497,19 @@ def _warn_unverified(manifest: str, command: str):
         logging.warning("no manifest %s: the shards cannot be verified, and are read as they "
                         "are because unverified data is allowed; rerun %s to write them with "
                         "one", manifest, command)
+
+
+def _other_vocabulary(manifest: str, vocabulary: dict, data_dir: str):
+    """Why a split whose shards verify is still written again: its manifest records that
+    another vocabulary than data_dir's encoded it (the vocabulary file was replaced since);
+    None when it is the same, or when either is not recorded (a manifest of an earlier
+    datagen, a vocabulary made in code)."""
+    recorded = records.manifest_vocabulary(manifest)
+    if not recorded or not vocabulary or recorded["sha256"] == vocabulary["sha256"]:
+        return None
+    return (f"{manifest} records that another vocabulary encoded it (sha256 "
+            f"{recorded['sha256'][:12]}), not the one in {data_dir} now (sha256 "
+            f"{vocabulary['sha256'][:12]})")
 
 
 def has_empty_side(sample: dict) -> bool:

@@ -10,7 +10,9 @@ When every shard is renamed, a manifest (`{prefix}.manifest.json`) is written la
 atomically: each shard's name, record count, size and sha256, and how many examples have each
 length (`example_lengths`; an example's length is that of its longest feature, the length the
 input pipeline buckets by), from which the trainer knows how many tokens one pass over the
-split holds before it reads a record. t2t had none, so a shard that was
+split holds before it reads a record, and where the vocabulary that encoded the ids came from
+(`vocabulary`: trained in the data folder, or taken from another with datagen's --vocab_from,
+and its sha256). t2t had none, so a shard that was
 truncated, replaced or damaged after datagen was found by a DataLossError in the middle of
 training that named no file, or not at all (a shard cut at a record's end, a lost shard);
 `verify_manifest` finds it before training starts.
@@ -35,6 +37,7 @@ MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_FORMAT = 1
 HASH_CHUNK_BYTES = 1 << 20
 SHARD_FIELDS = ("name", "records", "bytes", "sha256")
+VOCABULARY = "vocabulary"  # the manifest's key of the vocabulary's origin
 
 
 def shard_paths(data_dir: str, prefix: str, num_shards: int) -> list:
@@ -60,9 +63,10 @@ def shard_of(index: int, num_shards: int) -> int:
 
 
 def write_shards(examples, paths: list, seed: int = 0, on_example=None,
-                 manifest: str = None) -> int:
+                 manifest: str = None, vocabulary: dict = None) -> int:
     """Streams `examples` (dicts of id lists) round-robin into `paths`; returns how many.
-    With `manifest` (a path), the manifest of the shards is written once they are all complete.
+    With `manifest` (a path), the manifest of the shards is written once they are all complete,
+    with `vocabulary` (the origin of the vocabulary that encoded them, see write_manifest).
 
     Only one shard is ever held in memory: the shuffle of a shard reads it back after the
     streaming pass, as t2t's `shuffle_dataset` did. When anything fails (a full disk, an
@@ -81,7 +85,7 @@ def write_shards(examples, paths: list, seed: int = 0, on_example=None,
             atomic_files.remove_if_exists(path)
         raise
     if manifest:
-        write_manifest(manifest, paths, shard_records, lengths)
+        write_manifest(manifest, paths, shard_records, lengths, vocabulary)
     return count
 
 
@@ -137,23 +141,30 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = None):
+def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = None,
+                   vocabulary: dict = None):
     """Writes the manifest of the complete shards `paths` atomically; `lengths`, {length: how
-    many examples}, as its example_lengths (shortest first)."""
+    many examples}, as its example_lengths (shortest first); `vocabulary`, where the vocabulary
+    that encoded them came from, as its "vocabulary": {"from": "trained" (in the data folder)
+    or the path datagen's --vocab_from named, "sha256": the vocabulary file's, and "file": the
+    file copied, for --vocab_from}. Problems whose vocabulary is made in code record none."""
     shards = [{"name": os.path.basename(shard), "records": records,
                "bytes": tf.io.gfile.stat(shard).length, "sha256": file_sha256(shard)}
               for shard, records in zip(paths, record_counts)]
     manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards}
     if lengths is not None:
         manifest["example_lengths"] = {str(length): lengths[length] for length in sorted(lengths)}
+    if vocabulary is not None:
+        manifest[VOCABULARY] = dict(vocabulary)
     with atomic_files.atomic_write(path) as handle:
         handle.write(json.dumps(manifest, indent=1) + "\n")
 
 
 def read_manifest(path: str) -> dict:
     """The manifest at `path`: {"format", "records", "shards": [{"name", "records", "bytes",
-    "sha256"}, ...], "example_lengths": {"length": count}} (example_lengths only in the
-    manifests written since it was added); ValueError naming it when it is damaged."""
+    "sha256"}, ...], "example_lengths": {"length": count}, "vocabulary": {"from", "sha256"}}
+    (example_lengths and vocabulary only in the manifests written since each was added);
+    ValueError naming it when it is damaged."""
     with tf.io.gfile.GFile(path, "r") as handle:
         text = handle.read()
     try:
@@ -163,6 +174,9 @@ def read_manifest(path: str) -> dict:
         lengths = manifest.get("example_lengths", {})
         well_formed = well_formed and all(
             length.isdigit() and isinstance(count, int) for length, count in lengths.items())
+        vocabulary = manifest.get(VOCABULARY, {"from": "", "sha256": ""})
+        well_formed = well_formed and all(isinstance(vocabulary.get(key), str)
+                                          for key in ("from", "sha256"))
     except (ValueError, KeyError, TypeError, AttributeError):
         well_formed = False
     if not well_formed:
@@ -176,6 +190,22 @@ def manifest_example_lengths(path: str):
     manifest written before it recorded them."""
     lengths = read_manifest(path).get("example_lengths")
     return None if lengths is None else {int(length): count for length, count in lengths.items()}
+
+
+def count_records(manifest: str, filepattern: str) -> int:
+    """The records of a set of shards: as its manifest lists them, or counted by reading the
+    shards matching `filepattern` when there is no manifest."""
+    if tf.io.gfile.exists(manifest):
+        return read_manifest(manifest)["records"]
+    return sum(int(tf.data.TFRecordDataset(path).reduce(0, lambda count, _: count + 1))
+               for path in tf.io.gfile.glob(filepattern))
+
+
+def manifest_vocabulary(path: str):
+    """The origin of the vocabulary that encoded the split whose manifest is at `path`
+    ({"from", "sha256", ...}, see write_manifest), or None for a manifest without one (of a
+    vocabulary made in code, or of a datagen before it was recorded)."""
+    return read_manifest(path).get(VOCABULARY)
 
 
 def manifest_shards(path: str) -> list:

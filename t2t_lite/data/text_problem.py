@@ -2,9 +2,10 @@
 
 tensor2tensor's Text2TextProblem with `vocab_type = SUBWORD` and a size in the problem's name
 (`..._8k`, `..._32k`): the vocabulary is trained once on the training split (source and target
-together, the pairs that datagen can keep) and stored in data_dir; tokenization at datagen runs
-in the TensorFlow graph with tensorflow_text's SentencepieceTokenizer, the op that decoding and
-serving use too.
+together, the pairs that datagen can keep) and stored in data_dir, or taken from another data
+folder or a trained model with datagen's --vocab_from (data/vocabulary_source.py), so that the
+new data's ids are the model's. Tokenization at datagen runs in the TensorFlow graph with
+tensorflow_text's SentencepieceTokenizer, the op that decoding and serving use too.
 """
 import itertools
 import os
@@ -12,6 +13,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite.data import vocabulary_source
 from t2t_lite.data.problem import TRAIN, Problem, has_empty_side
 from t2t_lite.data.vocab import EOS_ID, SentencePieceVocabulary
 from t2t_lite.errors import DataError
@@ -34,14 +36,29 @@ class Text2TextProblem(Problem):
     def vocab_path(self, data_dir: str) -> str:
         return os.path.join(data_dir, self.vocab_filename())
 
-    def prepare_vocabulary(self, data_dir: str, tmp_dir: str):
+    def prepare_vocabulary(self, data_dir: str, tmp_dir: str, vocab_from: str = None):
         """Trains the joint vocabulary on the training split unless data_dir has it, on the
-        pairs that datagen can keep (`vocabulary_pairs`)."""
+        pairs that datagen can keep (`vocabulary_pairs`). With `vocab_from` (datagen's
+        --vocab_from: a data folder, a trained model's folder or a .model file), copies that
+        vocabulary into data_dir under this problem's vocab_filename instead, with the record
+        of where it came from (data.vocabulary_source); a vocabulary already in data_dir is
+        kept when it is the same, and refused when it is another."""
         path = self.vocab_path(data_dir)
+        if vocab_from is not None:
+            source = self.check_vocabulary_source(data_dir, vocab_from)
+            if tf.io.gfile.exists(path):  # the same one: check_replaces refuses another
+                logging.info("vocabulary %s already there, the same as %s, kept", path,
+                             source.path)
+            else:
+                logging.info("vocabulary %s copied from %s (sha256 %s)", path, source.path,
+                             source.sha256)
+                vocabulary_source.copy(source, path)
+            return
         if tf.io.gfile.exists(path):
             logging.info("vocabulary %s already there, kept", path)
             return
-        samples = self.vocabulary_pairs(self.generate_samples(data_dir, tmp_dir, TRAIN))
+        vocabulary_source.forget_origin(path)  # a record of an earlier copy that failed
+        samples = self.vocabulary_pairs(self.vocabulary_samples(data_dir, tmp_dir))
         sentences = (text for sample in samples for text in (sample["inputs"], sample["targets"]))
         first = next(sentences, None)
         if first is None:  # SentencePiece's trainer would stop with "[!sentences_.empty()]"
@@ -54,6 +71,26 @@ class Text2TextProblem(Problem):
         SentencePieceVocabulary.train(
             itertools.islice(sentences, self.max_vocab_training_sentences), path,
             self.approx_vocab_size, self.vocab_type)
+
+    def check_vocabulary_source(self, data_dir: str, vocab_from: str = None):
+        """The vocabulary that --vocab_from names (vocabulary_source.find), read and checked,
+        and refused when data_dir already holds another (vocabulary_source.check_replaces);
+        None without vocab_from."""
+        if vocab_from is None:
+            return None
+        source = vocabulary_source.find(vocab_from)
+        vocabulary_source.check_replaces(self.vocab_path(data_dir), source, data_dir)
+        return source
+
+    def vocabulary_origin(self, data_dir: str) -> dict:
+        """{"from": "trained" or --vocab_from's path, "sha256", ...} of data_dir's vocabulary
+        (vocabulary_source.origin)."""
+        return vocabulary_source.origin(self.vocab_path(data_dir))
+
+    def vocabulary_samples(self, data_dir: str, tmp_dir: str):
+        """The samples the vocabulary trains on, before `vocabulary_pairs` filters them: the
+        training split's, in order."""
+        return self.generate_samples(data_dir, tmp_dir, TRAIN)
 
     def vocabulary_pairs(self, samples):
         """The training pairs that the vocabulary trains on: those that datagen can keep, known

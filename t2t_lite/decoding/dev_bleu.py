@@ -27,8 +27,13 @@ def first_dev_pairs(problem, data_dir: str, count: int) -> tuple:
 
 
 class DevBleu(keras.callbacks.Callback):
-    """After each evaluation: greedy translations of the first `num_sentences` dev sentences,
-    their sacreBLEU in the log and as `bleu` under `output_dir/eval` in TensorBoard."""
+    """At each evaluation: greedy translations of the first `num_sentences` dev sentences by
+    the model being trained, their sacreBLEU in the log, as `bleu` under `output_dir/eval` in
+    TensorBoard, and as `val_bleu` in the evaluation's logs (for best-keeping and early
+    stopping: training.best). A dev metric of the training loop (training.loop.DevMetric's
+    interface: `names`, `measure(model, step)`)."""
+
+    names = ("val_bleu",)
 
     def __init__(self, problem, data_dir: str, output_dir: str, num_sentences: int = 100):
         super().__init__()
@@ -36,7 +41,7 @@ class DevBleu(keras.callbacks.Callback):
         self.data_dir = data_dir
         self.output_dir = output_dir
         self.num_sentences = num_sentences
-        self.translator = None
+        self.translator = self.translator_model = None
 
     def on_train_begin(self, logs=None):
         """Reads the dev sentences and opens the summary writer once training starts, after the
@@ -46,15 +51,16 @@ class DevBleu(keras.callbacks.Callback):
                                                          self.num_sentences)
         self.writer = tf.summary.create_file_writer(tf.io.gfile.join(self.output_dir, "eval"))
 
-    def on_epoch_end(self, epoch, logs=None):
-        if self.translator is None:
-            self.translator = Translator(self.model.model, self.encoders,
-                                         SearchHParams(beam_size=1))
+    def measure(self, model, step: int) -> dict:
+        """{"val_bleu": sacreBLEU of `model`'s greedy translations}, logged at `step`."""
+        if self.translator is None or self.translator_model is not model:
+            self.translator = Translator(model, self.encoders, SearchHParams(beam_size=1))
+            self.translator_model = model
         hypotheses = self.translator.translate(self.sources, show_progress=False)
         scores = score(hypotheses, self.references)
-        step = int(self.model.optimizer.iterations.numpy())
         logging.info("step %d  dev %s (greedy, %d sentences; %s)", step, scores["bleu_text"],
                      len(self.sources), scores["bleu_signature"])
         with self.writer.as_default(step=step):
             tf.summary.scalar("bleu", scores["bleu"])
         self.writer.flush()
+        return {"val_bleu": float(scores["bleu"])}

@@ -23,7 +23,9 @@ def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool =
         prefix = "" if for_inference else "mixed_"
         keras.config.set_dtype_policy(f"{prefix}{hparams.compute_dtype}")
     try:
-        model = registry.model(model_name)(hparams, vocab_size)
+        # Named, not auto-named: the optimizer's slots are named after the model's path
+        # ("adam/transformer_..."), which a second model built in one process would change.
+        model = registry.model(model_name)(hparams, vocab_size, name=model_name)
         tokens = tf.ones([1, 2], tf.int32)
         model({"inputs": tokens, "targets": tokens}, training=False)
     finally:

@@ -28,6 +28,14 @@ tells it. The trainer (resuming), the decoder and the exporter compare it with t
 nothing of it; records written before it was added have no "vocabulary" and are read with a
 warning (a resume adds it), and earlier versions read a record with it and pass the key by.
 
+A run that started from another run's weights (the trainer's --warm_start_from) records
+where, and a resume keeps it as it was:
+
+    "warm_start": {"checkpoint": "/abs/O/model.ckpt-1000", "step": 1000, "run_dir": "/abs/O"}
+
+"run_dir" is the folder of the hparams.json that described that checkpoint; earlier versions
+read a record with it and pass the key by.
+
 Reading it checks it whole: a file that is not JSON, lacks a key, names an hparam that does not
 exist or gives one a value of the wrong type is one RunDescriptionError naming the file and what
 is wrong (tensor2tensor, and t2t_lite before, ended in a JSONDecodeError traceback or built a
@@ -49,6 +57,7 @@ from t2t_lite.hparams_lib import HParams
 HPARAMS_FILE = "hparams.json"
 _NAMES = ("problem", "model")  # the keys besides "hparams"
 VOCABULARY = "vocabulary"  # the key of the vocabulary's record
+WARM_START = "warm_start"  # the key of where a warm-started run's weights came from
 SHORT_SHA256 = 12  # hex digits of a fingerprint in messages
 
 
@@ -65,11 +74,13 @@ def description_path(output_dir: str) -> str:
 
 
 def save_run_description(output_dir: str, problem_name: str, model_name: str, hparams,
-                         vocabulary: dict = None):
+                         vocabulary: dict = None, warm_start: dict = None):
     """Writes output_dir/hparams.json atomically (a complete file or none), on any
-    tf.io.gfile file system; with the `vocabulary` record (vocabulary_record) when given."""
+    tf.io.gfile file system; with the `vocabulary` record (vocabulary_record) and the
+    `warm_start` record (training.warm_start.start_record) when given."""
     description = {"problem": problem_name, "model": model_name,
                    **({VOCABULARY: vocabulary} if vocabulary else {}),
+                   **({WARM_START: warm_start} if warm_start else {}),
                    "hparams": hparams.to_dict()}
     with atomic_write(description_path(output_dir)) as handle:
         handle.write(json.dumps(description, indent=2))
@@ -99,17 +110,18 @@ def _load(output_dir: str) -> tuple:
 
 
 def record_training(output_dir: str, problem_name: str, model_name: str, hparams, step: int,
-                    vocabulary: dict = None):
+                    vocabulary: dict = None, warm_start: dict = None):
     """Records in output_dir/hparams.json that training goes on from `step` with `hparams`:
-    a new record when there is none or no step has been trained yet (step 0); else the record
-    kept, with the hparams that differ from its last ones appended to its "changes" as
-    {"step": step, "hparams": {name: new value}}, and the `vocabulary` record added to one
-    that has none (nothing written when nothing is new). The problem, the model and the
-    vocabulary must be the recorded ones (the trainer's resumable_hparams,
-    checked_vocabulary)."""
+    a new record when there is none or no step has been trained yet (step 0), with the
+    `warm_start` record when given; else the record kept (its "warm_start" too), with the
+    hparams that differ from its last ones appended to its "changes" as {"step": step,
+    "hparams": {name: new value}}, and the `vocabulary` record added to one that has none
+    (nothing written when nothing is new). The problem, the model and the vocabulary must be
+    the recorded ones (the trainer's resumable_hparams, checked_vocabulary)."""
     description, recorded = _load(output_dir)
     if not recorded or step == 0:
-        save_run_description(output_dir, problem_name, model_name, hparams, vocabulary)
+        save_run_description(output_dir, problem_name, model_name, hparams, vocabulary,
+                             warm_start)
         return
     changed = differing_values(recorded, problem_name, model_name, hparams)
     if set(changed) & set(_NAMES):
@@ -160,6 +172,8 @@ def _parse_description(description) -> dict:
         hparams = {**hparams, **change["hparams"]}
     if VOCABULARY in description:
         _check_vocabulary_record(description[VOCABULARY])
+    if WARM_START in description:
+        _check_warm_start_record(description[WARM_START])
     # HParams.from_dict names an unknown key or a value of the wrong type (an HParamsError is
     # a ValueError); HParams' own checks then name a value out of range.
     return {**description, "hparams": HParams.from_dict(hparams)}
@@ -178,6 +192,16 @@ def _check_vocabulary_record(record):
                 and isinstance(file.get("sha256"), str)):
             raise ValueError(f"the vocabulary file {file!r} is not an object with a \"name\" "
                              f"and a \"sha256\"")
+
+
+def _check_warm_start_record(record):
+    """ValueError saying what is wrong with a "warm_start" record that the trainer did not
+    write."""
+    if not (isinstance(record, dict) and isinstance(record.get("checkpoint"), str)
+            and isinstance(record.get("step"), int)
+            and isinstance(record.get("run_dir"), (str, type(None)))):
+        raise ValueError(f"'warm_start' is {record!r}: expected an object with a "
+                         f"\"checkpoint\" path, a \"step\" number and a \"run_dir\"")
 
 
 def differing_values(recorded: dict, problem_name: str, model_name: str, hparams) -> dict:
@@ -202,7 +226,8 @@ def vocabulary_record(problem, data_dir: str) -> dict:
 def checked_vocabulary(output_dir: str, problem, data_dir: str, resuming: bool = False) -> dict:
     """The vocabulary record to keep with the model in output_dir when it is used with
     data_dir's vocabulary: the one output_dir's hparams.json records, when data_dir's is the
-    same (the same files, by name and sha256; without files, the same size); data_dir's when
+    same (`same_vocabulary`: files of the same sha256, whatever their names; without files,
+    the same size); data_dir's when
     there is no hparams.json (a new run) or it records none (an earlier version's: a
     warning). Another vocabulary is a VocabularyError naming data_dir's file and the
     recorded one. `resuming`: the trainer's advice and warning instead of the decoder's."""
@@ -243,8 +268,9 @@ def recorded_vocabulary(output_dir: str) -> dict:
 
 
 def same_vocabulary(record: dict, other: dict) -> bool:
-    """Whether two vocabulary records are of the same vocabulary: the same files by name and
-    sha256, or, without files, the same size."""
+    """Whether two vocabulary records are of the same vocabulary: files of the same contents
+    (sha256), whatever their names (a vocabulary that datagen's --vocab_from copied under
+    another problem's file name is the same), or, without files, the same size."""
     return _fingerprint(record) == _fingerprint(other)
 
 
@@ -263,8 +289,10 @@ def described_vocabulary(record: dict) -> str:
 
 
 def _fingerprint(record: dict):
-    """What tells two vocabularies apart: their files, else (none) their size."""
-    files = tuple((file["name"], file["sha256"]) for file in record["files"])
+    """What tells two vocabularies apart: their files' contents (sha256s, in order; not their
+    names, so that a copy under another problem's name, datagen's --vocab_from, is the same
+    vocabulary), else (no file) their size."""
+    files = tuple(file["sha256"] for file in record["files"])
     return files or record["vocab_size"]
 
 

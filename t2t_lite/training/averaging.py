@@ -66,6 +66,45 @@ def last_checkpoints(output_dir: str, num_last: int) -> list:
     return chosen
 
 
+def listed_checkpoints(listed: list) -> list:
+    """The checkpoints of the averager's --checkpoints (t2t's avg_checkpoints flag), oldest
+    (lowest step) first: each a checkpoint prefix (O/model.ckpt-1000) or a folder with a `checkpoint` state
+    file (O/best, another run's output folder), for the checkpoint it names last. A
+    CheckpointError names one that is neither; a FlagError an empty list or a checkpoint named
+    twice (it would weigh twice in the mean)."""
+    if not listed:
+        raise FlagError("--checkpoints: expected a comma-separated list of checkpoints")
+    paths = []
+    for given in listed:
+        path = checkpoints.named_by(given)
+        if path is None:
+            raise CheckpointError(f"--checkpoints: {given} is no checkpoint (a prefix such as "
+                                  f"O/model.ckpt-1000, without .index) nor a folder with a "
+                                  f"{STATE_FILE} file naming one (such as O/best)")
+        if path in paths:
+            raise FlagError(f"--checkpoints: {path} is named twice"
+                            f"{f' ({given} names it)' if given != path else ''}: each "
+                            f"checkpoint is averaged once")
+        paths.append(path)
+    return sorted(paths, key=checkpoints.step_of)  # oldest first, as last_checkpoints
+
+
+def check_of_output_run(paths: list, output_dir: str):
+    """Raises CheckpointError when a listed checkpoint is of another run than output_dir's
+    latest checkpoint, whose hparams.json the average is described by."""
+    latest = checkpoints.latest(output_dir)
+    own = checkpoints.run_id_of(latest) if latest else None
+    if own is None:
+        return
+    for path in paths:
+        run_id = checkpoints.run_id_of(path)
+        if run_id is not None and run_id != own:
+            raise CheckpointError(
+                f"--checkpoints: {path} is of run {run_id}, not of the run in "
+                f"--output_dir={output_dir} ({own}, {latest}), whose hparams.json describes "
+                f"the average: pass that run's --output_dir")
+
+
 def check_one_run(paths: list):
     """Raises CheckpointError when the checkpoints `paths` hold different run ids (the trainer
     saves its run's in each; the weights of two runs do not average into a model); checkpoints

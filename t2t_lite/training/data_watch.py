@@ -32,14 +32,15 @@ def _digest(path: str):
 
 
 class DataWatch:
-    """What a trainer reads in `data_dir` (its splits' manifests and the problem's vocabulary
-    files), as it was at construction; `output_dir`: where the checkpoints are, for the
-    message."""
+    """What a trainer reads in `data_dir` (the manifests of its splits' corpora and the
+    problem's vocabulary files), as it was at construction; `output_dir`: where the checkpoints
+    are, for the message."""
 
     def __init__(self, problem, data_dir: str, split_names, output_dir: str):
         self.data_dir = data_dir
         self.output_dir = output_dir
-        self.files = [problem.manifest_path(data_dir, name) for name in split_names]
+        self.files = [corpus.manifest for name in split_names
+                      for corpus in problem.split_corpora(data_dir, name)]
         self.files += list(problem.vocabulary_files(data_dir))
         self.lock = datagen_output(data_dir).lock_path
         self.digests = {path: _digest(path) for path in self.files}

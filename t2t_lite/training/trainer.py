@@ -15,7 +15,6 @@ SIGTERM and SIGINT stop training after the update under way, with a checkpoint t
 """
 import dataclasses
 import functools
-import itertools
 import math
 import signal
 import threading
@@ -34,13 +33,15 @@ from t2t_lite.storage.run_description import (description_path, differing_values
                                       saved_run)
 from t2t_lite.storage.run_description import checked_vocabulary
 from t2t_lite.storage.storage_errors import reported_full_storage
-from t2t_lite.training import distribution
+from t2t_lite.training import distribution, warm_start
 from t2t_lite.training.adam import Adam
+from t2t_lite.training import best
 from t2t_lite.training.data_watch import DataWatch
+from t2t_lite.training.loop import current_step, is_dev_metric, run_loop
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.signals import (STOPPING_SIGNALS, Interrupted, SignalWatch,
                                        StoppedBySignal)
-from t2t_lite.training.step import COUNTS, TrainingSteps
+from t2t_lite.training.step import TrainingSteps
 from t2t_lite.training.summaries import TrainingMonitor, write_learning_rate_picture
 
 
@@ -62,11 +63,29 @@ class RunConfig:
     seed: int = 1                       # weights, dropout and the order of training batches
     devices: tuple = ()                 # MirroredStrategy devices; () = every GPU, else CPU
     allow_unverified_data: bool = False  # train on shards without a datagen manifest
+    # After each evaluation, a checkpoint that beats the best so far goes to output_dir/best
+    # (best.KeepBest): "bleu" (the dev BLEU, higher), "loss" (the dev loss, lower), "": none.
+    keep_best: str = ""
+    # Stop after this many evaluations in a row without an improvement of at least
+    # early_stopping_min_delta in keep_best's metric (the dev loss when keep_best is ""); 0: never.
+    early_stopping_patience: int = 0
+    early_stopping_min_delta: float = 0.0
+    # A run, folder or checkpoint whose model weights a new run starts from (warm_start.py).
+    warm_start_from: str = None
 
     def __post_init__(self):
         if not self.train_minutes >= 0:
             raise ValueError(f"train_minutes={self.train_minutes!r}: expected minutes >= 0 "
                              f"(0: no limit)")
+        if self.keep_best not in ("", *best.METRICS):
+            raise ValueError(f"keep_best={self.keep_best!r}: expected one of "
+                             f"{['', *best.METRICS]}")
+        if not self.early_stopping_patience >= 0:
+            raise ValueError(f"early_stopping_patience={self.early_stopping_patience!r}: "
+                             f"expected evaluations >= 0 (0: no early stopping)")
+        if not self.early_stopping_min_delta >= 0:
+            raise ValueError(f"early_stopping_min_delta={self.early_stopping_min_delta!r}: "
+                             f"expected a difference >= 0")
 
 
 def xla_pays(strategy) -> bool:
@@ -168,7 +187,8 @@ def make_optimizer(hparams):
         beta_1=hparams.optimizer_adam_beta1,
         beta_2=hparams.optimizer_adam_beta2,
         epsilon=hparams.optimizer_adam_epsilon,
-        gradient_accumulation_steps=accumulate if accumulate > 1 else None)
+        gradient_accumulation_steps=accumulate if accumulate > 1 else None,
+        name="adam")  # not auto-named ("adam_1"): its slots' checkpoint keys start with it
     if hparams.mixed_precision == "float16":
         # float16 gradients underflow without it; bfloat16 has float32's range.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -336,18 +356,22 @@ class SignalStop(keras.callbacks.Callback):
 class CheckpointSaver(keras.callbacks.Callback):
     """Saves every `every_steps` updates and at the end (train_steps, a time budget or any
     callback that stops training), numbered by the global step, and stops training at
-    `train_steps` (epochs need not divide it). `after_first_save` (if any) is called once the
-    first checkpoint of this run is complete; `check_before_save` (if any) before each save,
-    which it may refuse by raising. `saved_step`: the step of the checkpoint training
-    resumed from, which is not saved again."""
+    `train_steps` (epochs need not divide it). A save due at a step that ends an epoch (every
+    `eval_every` updates, the last) waits for the epoch's end, after the callbacks that record
+    its evaluation (best.py): a run resumed from that checkpoint finds the evaluation of its
+    step recorded. `after_first_save` (if any) is called once the first checkpoint of this
+    run is complete; `check_before_save` (if any) before each save, which it may refuse by
+    raising. `saved_step`: the step of the checkpoint training resumed from, which is not
+    saved again."""
 
     def __init__(self, manager, every_steps: int, train_steps: int, after_first_save=None,
-                 saved_step: int = None, check_before_save=None):
+                 saved_step: int = None, check_before_save=None, eval_every: int = 0):
         super().__init__()
         self.check_before_save = check_before_save  # raises instead of saving bad weights
         self.manager = manager
         self.every_steps = every_steps
         self.train_steps = train_steps
+        self.eval_every = eval_every
         self.after_first_save = after_first_save
         self.saved_step = saved_step
 
@@ -362,74 +386,21 @@ class CheckpointSaver(keras.callbacks.Callback):
                 self.after_first_save = None
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every_steps == 0 or step >= self.train_steps:
-            self._save(step)
+        step = current_step(self.model)
         if step >= self.train_steps:
             self.model.stop_training = True
+        ends_epoch = self.model.stop_training or (self.eval_every and
+                                                  step % self.eval_every == 0)
+        if step % self.every_steps == 0 and not ends_epoch:
+            self._save(step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = current_step(self.model)
+        if step % self.every_steps == 0 or self.model.stop_training:
+            self._save(step)
 
     def on_train_end(self, logs=None):
-        self._save(int(self.model.optimizer.iterations.numpy()))
-
-
-def token_weighted_logs(totals: dict) -> dict:
-    """Keras-style logs from summed counts: loss and accuracy per real target token, and the
-    padding share of all positions in the batches (both features)."""
-    tokens = max(totals["target_tokens"], 1.0)
-    return {"loss": totals["loss_sum"] / tokens, "accuracy": totals["correct_tokens"] / tokens,
-            "loss_sum": totals["loss_sum"], "target_tokens": totals["target_tokens"],
-            "real_tokens": totals["real_tokens"],
-            "padding_fraction": 1.0 - totals["real_tokens"] / max(totals["padded_tokens"], 1.0)}
-
-
-def add_counts(totals: dict, counts: dict) -> dict:
-    return {name: totals[name] + float(counts[name]) for name in COUNTS}
-
-
-def evaluate(steps: TrainingSteps, batches, num_batches: int) -> dict:
-    """Token-weighted dev loss and accuracy over the first `num_batches` distributed batches
-    (the same batches at every evaluation)."""
-    totals = dict.fromkeys(COUNTS, 0.0)
-    for batch in itertools.islice(iter(batches), num_batches):
-        totals = add_counts(totals, steps.eval_step(batch))
-    return token_weighted_logs(totals)
-
-
-def run_loop(steps: TrainingSteps, train_batches, dev_batches, config: RunConfig,
-             callbacks: list, batches_per_update: int = 1):
-    """Steps through `train_batches` (distributed, repeated) until the optimizer has made
-    `config.train_steps` updates or a callback stops training. As with Keras `fit`, callbacks
-    see a batch end after every batch (logs with the running sums since the last evaluation)
-    and an epoch end every `config.eval_every` updates, with the dev loss and accuracy as
-    val_loss and val_accuracy (none when a callback stopped training at once)."""
-    callback_list = keras.callbacks.CallbackList(list(callbacks), model=steps)
-    iterations = steps.optimizer.iterations
-    step = int(iterations.numpy())
-    logs = {}
-    callback_list.on_train_begin()
-    iterator = iter(train_batches)
-    while step < config.train_steps and not steps.stop_training:
-        epoch = step // config.eval_every
-        epoch_end = min((epoch + 1) * config.eval_every, config.train_steps)
-        callback_list.on_epoch_begin(epoch)
-        totals = dict.fromkeys(COUNTS, 0.0)
-        batch_index = 0
-        while step < epoch_end and not steps.stop_training:
-            callback_list.on_train_batch_begin(batch_index)
-            for _ in range(batches_per_update):
-                totals = add_counts(totals, steps.train_step(next(iterator)))
-            logs = token_weighted_logs(totals)
-            callback_list.on_train_batch_end(batch_index, logs)
-            batch_index += 1
-            step = int(iterations.numpy())
-        if steps.stop_at_once:
-            break
-        if dev_batches is not None and config.eval_steps:
-            dev_logs = evaluate(steps, dev_batches, config.eval_steps)
-            logs = {**logs, "val_loss": dev_logs["loss"], "val_accuracy": dev_logs["accuracy"]}
-        callback_list.on_epoch_end(epoch, logs)
-    callback_list.on_train_end(logs)
-    return logs
+        self._save(current_step(self.model))
 
 
 def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
@@ -438,6 +409,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     """Trains to `config.train_steps` updates, or for `config.train_minutes` when they run out
     first, resuming from output_dir's latest checkpoint.
     `callbacks` (Keras callbacks, e.g. dev BLEU) run on the chief after each evaluation.
+    With `config.warm_start_from`, a new run starts from that run's model weights at step 0
+    (warm_start.py; an output_dir with checkpoints resumes from them instead).
     `strategy` defaults to distribution.choose_strategy(config.devices). `signal_watch`: the
     program's SIGTERM and SIGINT handler, installed from its start (a new one by default).
 
@@ -451,10 +424,14 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     jit_compile = xla_pays(strategy) if config.jit_compile is None else config.jit_compile
     replicas = strategy.num_replicas_in_sync
     chief = distribution.is_chief(strategy)
+    if chief:  # the measures best-keeping and early stopping follow, before anything is written
+        best.check_measured(config, [name for callback in callbacks
+                                     if is_dev_metric(callback) for name in callback.names])
     output = outputs.Output.folder(output_dir, "output_dir",
                                    purpose=f"train in --output_dir={output_dir}")
     if chief:
         output.check()  # at once, before the slower checks of the data
+        best.check_kept_metric(output_dir, config.keep_best)  # once output_dir answers
     hparams = resumable_hparams(output_dir, problem_name, model_name, hparams)
     precision = mixed_precision_for(hparams, strategy)
     if hparams.mixed_precision == "auto" and precision == "bfloat16":
@@ -476,6 +453,9 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
     vocab_size = problem.vocab_size(data_dir)
     # The vocabulary the checkpoints were trained on, or a VocabularyError naming both files.
     vocabulary = checked_vocabulary(output_dir, problem, data_dir, resuming=True)
+    if config.warm_start_from:  # checked before anything is written; None: output_dir resumes
+        config = dataclasses.replace(config, warm_start_from=warm_start.checked_source(
+            config.warm_start_from, output_dir, problem, data_dir, model_name, hparams))
     data_watch = DataWatch(problem, data_dir, ("train", "dev"), output_dir)  # as checked
     signal_stop = SignalStop(distribution.cluster_workers() > 1, signal_watch)
     try:
@@ -483,10 +463,13 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
         with signal_stop.installed(), (outputs.opened(output) if chief else
                                        reported_full_storage(output_dir, "output_dir")):
             try:
-                return _train_locked(problem_name, model_name, hparams, output_dir, config,
-                                     callbacks if chief else (), strategy, jit_compile,
-                                     train_data, dev_data, vocab_size, vocabulary, signal_stop,
-                                     data_watch)
+                return _train_locked(RunSettings(
+                    problem_name=problem_name, model_name=model_name, hparams=hparams,
+                    output_dir=output_dir, config=config,
+                    callbacks=tuple(callbacks) if chief else (), strategy=strategy,
+                    jit_compile=jit_compile, train_data=train_data, dev_data=dev_data,
+                    vocab_size=vocab_size, vocabulary=vocabulary, signal_stop=signal_stop,
+                    data_watch=data_watch))
             except tf.errors.DataLossError as error:  # a shard damaged after the check
                 raise problem.corrupt_data_error(data_dir, ("train", "dev"), error) from None
             except tf.errors.NotFoundError as error:  # a shard removed after the check
@@ -505,7 +488,7 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
 
 
 def record_run(output_dir, problem_name, model_name, hparams, step: int, train_steps: int,
-               vocabulary: dict = None):
+               vocabulary: dict = None, started_from: dict = None):
     """hparams.json (a resume's changes appended to it: run_description.record_training) and
     the learning-rate picture. A new record is written once the model is built (and the latest
     checkpoint, if any, restored into it), before the first step; a resumed run's changes (from
@@ -513,7 +496,8 @@ def record_run(output_dir, problem_name, model_name, hparams, step: int, train_s
     (CheckpointSaver), so that a change that failed (a NaN loss at its first update, an
     interrupt) leaves the record as it was: the record never describes a model other than the
     checkpoints beside it, nor a change that no checkpoint holds."""
-    record_training(output_dir, problem_name, model_name, hparams, step, vocabulary)
+    record_training(output_dir, problem_name, model_name, hparams, step, vocabulary,
+                    started_from)
     write_learning_rate_picture(hparams, train_steps,
                                 tf.io.gfile.join(output_dir, "learning_rate.png"))
 
@@ -527,18 +511,69 @@ def _resume_advice(damaged: str, restorable: str, output_dir: str) -> str:
     return f"move {files} out of {output_dir}, and {then}"
 
 
-def _train_locked(problem_name, model_name, hparams, output_dir, config, callbacks, strategy,
-                  jit_compile, train_data, dev_data, vocab_size, vocabulary, signal_stop,
-                  data_watch):
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What train() hands to the run once the inputs are checked and output_dir is locked: the
+    run's names and hparams, its RunConfig, the callbacks (the chief's; none on the other
+    workers), the strategy and XLA choice, the (undistributed) train and dev datasets, the
+    vocabulary's size and record, and the trainer's SignalStop and DataWatch."""
+    problem_name: str
+    model_name: str
+    hparams: object
+    output_dir: str
+    config: RunConfig
+    callbacks: tuple
+    strategy: object
+    jit_compile: bool
+    train_data: object
+    dev_data: object
+    vocab_size: int
+    vocabulary: dict
+    signal_stop: SignalStop
+    data_watch: DataWatch
+
+
+def evaluation_callbacks(run: RunSettings, resumed_step: int, checkpoint, check_before_save,
+                         checkpoint_dir: str) -> list:
+    """The callbacks of best-keeping and early stopping that run.config asks for (best.py),
+    with the record of evaluations as of `resumed_step`: on the chief RecordEvaluations,
+    KeepBest over `checkpoint` (the trainer's) and EarlyStopping; on the other workers KeepBest
+    (saving into their `checkpoint_dir`, as the save is collective) and EarlyStopping, which
+    follow the chief's decisions."""
+    config = run.config
+    if not (config.keep_best or config.early_stopping_patience):
+        return []
+    if not distribution.is_chief(run.strategy):  # they follow the chief's decisions
+        return ([best.KeepBest(checkpoint_dir, None, checkpoint, check_before_save)]
+                if config.keep_best else []) + (
+            [best.EarlyStopping(None, config.early_stopping_patience)]
+            if config.early_stopping_patience else [])
+    evaluations = best.recorded_evaluations(
+        run.output_dir, best.monitored_metric(config.keep_best),
+        config.early_stopping_min_delta, resumed_step)
+    callbacks = [best.RecordEvaluations(run.output_dir, evaluations, config.eval_every,
+                                        config.train_steps)]
+    if config.keep_best:
+        callbacks.append(best.KeepBest(run.output_dir, evaluations, checkpoint,
+                                       check_before_save))
+    if config.early_stopping_patience:
+        callbacks.append(best.EarlyStopping(evaluations, config.early_stopping_patience))
+    return callbacks
+
+
+def _train_locked(run: RunSettings):
     """train() once the inputs are checked and output_dir is locked."""
+    strategy, output_dir, config, hparams = run.strategy, run.output_dir, run.config, run.hparams
     chief = distribution.is_chief(strategy)
     replicas = strategy.num_replicas_in_sync
     run_id = checkpoints.new_run_id()  # kept in every checkpoint; a resume restores it
+    # The model and optimizer, and the latest checkpoint restored into them.
     with strategy.scope():
-        model = build_model(model_name, hparams, vocab_size)
+        model = build_model(run.model_name, hparams, run.vocab_size)
         optimizer = make_optimizer(hparams)
         optimizer.build(model.trainable_variables)
         latest = checkpoints.latest(output_dir)
+        started_from = None  # hparams.json's "warm_start" of a warm-started run
         if latest:
             try:
                 checkpoints.restore(latest, model, optimizer, run_id)
@@ -546,16 +581,19 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
                 raise damaged.advising(_resume_advice(latest, damaged.restorable,
                                                       output_dir)) from None
             logging.info("resuming from %s", latest)
+        elif config.warm_start_from:  # the weights only: step 0, a fresh optimizer
+            started_from = warm_start.restore_weights(config.warm_start_from, model)
     step = int(optimizer.iterations.numpy())
     record = None  # a resumed run's changes, recorded after its first checkpoint
     if chief:
-        record = functools.partial(record_run, output_dir, problem_name, model_name, hparams,
-                                   step, config.train_steps, vocabulary)
+        record = functools.partial(record_run, output_dir, run.problem_name, run.model_name,
+                                   hparams, step, config.train_steps, run.vocabulary,
+                                   started_from)
         if not (latest and saved_run(output_dir)):  # a new record: before the first step
             record()
             record = None
-    steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=jit_compile)
-    if jit_compile and hparams.length_bucketing == "each":
+    steps = TrainingSteps(model, optimizer, hparams, strategy, jit_compile=run.jit_compile)
+    if run.jit_compile and hparams.length_bucketing == "each":
         logging.warning("length_bucketing=each under XLA: XLA compiles once per pair of source "
                         "and target buckets (hundreds of shapes); length_bucketing=longer has "
                         "one shape per bucket, or train with --nojit_compile")
@@ -563,12 +601,12 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         logging.info("already trained %d of %d steps", step, config.train_steps)
         return model
     logging.info("training %s on %s from step %d to %d (%d parameters, %d replicas, XLA %s%s)",
-                 model_name, problem_name, step, config.train_steps, model.count_params(),
-                 replicas, "on" if jit_compile else "off",
+                 run.model_name, run.problem_name, step, config.train_steps,
+                 model.count_params(), replicas, "on" if run.jit_compile else "off",
                  f"; at most {config.train_minutes:g} minutes" if config.train_minutes else "")
     batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
     # A resumed run continues the same stream of batches where the checkpoint left it.
-    train_data = train_data.skip(step * batches_per_update)
+    train_data = run.train_data.skip(step * batches_per_update)
     budget = TimeBudget(config.train_minutes)
     monitor = TrainingMonitor(output_dir if chief else None, config.train_steps,
                               config.log_every_steps, hparams, budget)
@@ -578,19 +616,23 @@ def _train_locked(problem_name, model_name, hparams, output_dir, config, callbac
         guard = NonFiniteLossGuard(output_dir)
 
         def check_before_save():
-            data_watch.check()  # weights trained on other data are not saved
+            run.data_watch.check()  # weights trained on other data are not saved
             guard.check_weights()
 
         saver = CheckpointSaver(manager, config.save_checkpoints_steps, config.train_steps,
                                 after_first_save=record, saved_step=step if latest else None,
-                                check_before_save=check_before_save)
-        first_update = FirstUpdateWait(hparams.batch_size, replicas, jit_compile)
+                                check_before_save=check_before_save,
+                                eval_every=config.eval_every)
+        deciding = evaluation_callbacks(run, step, manager.checkpoint, check_before_save,
+                                        checkpoint_dir)
+        first_update = FirstUpdateWait(hparams.batch_size, replicas, run.jit_compile)
         try:
-            run_loop(steps, steps.distribute(train_data), steps.distribute(dev_data), config,
-                     [first_update, guard, budget, signal_stop,
-                      monitor, *callbacks, saver], batches_per_update)
+            run_loop(steps, steps.distribute(train_data), steps.distribute(run.dev_data),
+                     config, [first_update, guard, budget, run.signal_stop, monitor,
+                              *run.callbacks, *deciding, saver], batches_per_update)
         finally:  # also when the first update fails
             first_update.on_train_end()
+    signal_stop = run.signal_stop
     if signal_stop.signal_number is not None:
         name = signal.Signals(signal_stop.signal_number).name
         path = tf.io.gfile.join(output_dir, f"{checkpoints.CHECKPOINT_NAME}-{saver.saved_step}")

@@ -70,7 +70,9 @@ def test_two_worker_processes_train_like_two_local_replicas(data_dir, mirrored_r
                             f"--data_dir={data_dir}", f"--output_dir={output_dir}",
                             f"--train_steps={STEPS}", "--eval_every=2", "--eval_steps=1",
                             "--save_checkpoints_steps=2", "--log_every_steps=2",
-                            "--eval_bleu_sentences=5", "--jit_compile"),
+                            "--eval_bleu_sentences=5", "--jit_compile",
+                            # The best checkpoint's save is collective too.
+                            "--keep_best=bleu", f"--early_stopping_patience={STEPS}"),
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for worker in workers:
@@ -85,6 +87,10 @@ def test_two_worker_processes_train_like_two_local_replicas(data_dir, mirrored_r
     assert "dev BLEU" in chief and "dev BLEU" not in other  # callbacks run on the chief only
     # The chief alone writes TensorBoard events and checkpoints into output_dir.
     assert len(os.listdir(os.path.join(output_dir, "train"))) == 1
+    with open(os.path.join(output_dir, "best", "best.json")) as handle:
+        kept = json.load(handle)
+    assert os.path.exists(os.path.join(output_dir, "best", kept["checkpoint"] + ".index"))
+    assert [name for name in os.listdir(output_dir) if name.startswith(".")] == []
     mirrored_dir, returncode, output = mirrored_run
     assert returncode == 0, output
     expected = model_weights(mirrored_dir, STEPS)

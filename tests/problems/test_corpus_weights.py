@@ -1,0 +1,219 @@
+"""translate_text_files with several training corpora drawn by weight: what datagen writes and
+records for each, the checks that see every corpus, and the trainer's batches (their mix, their
+order from the seed, and a resume). Corpus A's sources all start with "alpha", B's with "omega",
+with the same lengths otherwise, so an example tells its corpus."""
+import itertools
+import json
+import os
+import random
+import shutil
+
+import pytest
+
+from t2t_lite import registry
+from t2t_lite.bin import datagen
+from t2t_lite.data import pipeline, records
+from t2t_lite.errors import DataError, FlagError
+from t2t_lite.training.data_watch import DataWatch
+
+from program_runs import error_lines, hparams_of, run
+
+WORDS = "house garden river light stone water city night friend music".split()
+SIZES = {"alpha": 400, "omega": 1000}  # lines of corpus A and corpus B
+WEIGHTS = (0.8, 0.2)
+# About 40 examples a batch: 200 batches hold some 8,000, a share known to +-0.5 points.
+BATCHES = hparams_of("batch_size=1024,max_length=32")
+
+
+def write_corpus(folder, marker: str, count: int, seed: int = 1) -> tuple:
+    """(source, target) files of `count` lines, each source starting with `marker`; the target
+    is the source upper-cased. The same seed gives the same words whatever the marker."""
+    rng = random.Random(seed)
+    source = [f"{marker} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8)))
+              for _ in range(count)]
+    paths = (str(folder / f"{marker}.en"), str(folder / f"{marker}.de"))
+    for path, lines in zip(paths, (source, [line.upper() for line in source])):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """{"train": [A's pair, B's pair], "dev": a pair} in a folder of their own."""
+    folder = tmp_path_factory.mktemp("corpora")
+    return {"train": [write_corpus(folder, marker, count) for marker, count in SIZES.items()],
+            "dev": write_corpus(folder, "dev", 20, seed=2)}
+
+
+def configured(files, weights=WEIGHTS):
+    return registry.problem("translate_text_files").configure(
+        files["train"], files["dev"], vocab_size=60, train_weights=weights)
+
+
+@pytest.fixture(scope="module")
+def generated(files, tmp_path_factory):
+    """data_dir of datagen on corpora A and B weighted 0.8/0.2."""
+    data_dir = str(tmp_path_factory.mktemp("data"))
+    configured(files).generate_data(data_dir, str(tmp_path_factory.mktemp("tmp")))
+    return data_dir
+
+
+def corpus_counts(problem, data_dir, batches) -> dict:
+    """{"alpha": examples of A, "omega": examples of B} in `batches`."""
+    vocabulary = problem.feature_encoders(data_dir)["inputs"]
+    counts = {marker: 0 for marker in SIZES}
+    for batch in batches:
+        for text in vocabulary.decode_in_graph(batch["inputs"]).numpy():
+            counts[text.decode().split()[0]] += 1
+    return counts
+
+
+def train_batches(data_dir, seed: int):
+    return registry.problem("translate_text_files").dataset(
+        "train", data_dir, BATCHES, training=True, seed=seed)
+
+
+def as_lists(batches) -> list:
+    return [{name: batch[name].numpy().tolist() for name in pipeline.FEATURES}
+            for batch in batches]
+
+
+def test_batches_hold_the_corpora_in_the_weights_proportions(generated):
+    """80/20 of the examples of 200 batches, though B has 2.5 times A's lines; without weights
+    the trainer would see A's 400 and B's 1000 in proportion, 29/71."""
+    problem = registry.problem("translate_text_files")
+    counts = corpus_counts(problem, generated, train_batches(generated, seed=3).take(200))
+    total = sum(counts.values())
+    assert total > 6000
+    assert abs(counts["alpha"] / total - WEIGHTS[0]) < 0.02, counts
+
+
+def test_the_same_seed_gives_the_same_batches_and_another_seed_others(generated):
+    first = as_lists(train_batches(generated, seed=3).take(30))
+    assert as_lists(train_batches(generated, seed=3).take(30)) == first
+    assert as_lists(train_batches(generated, seed=4).take(30)) != first
+
+
+def test_a_resume_continues_the_same_batches(generated):
+    """The trainer resumes by skipping the batches of the steps done, on a new dataset built
+    alike: the batches after the skip are those the uninterrupted run read next."""
+    uninterrupted = as_lists(train_batches(generated, seed=3).take(25))
+    resumed = as_lists(train_batches(generated, seed=3).skip(15).take(10))
+    assert resumed == uninterrupted[15:]
+
+
+def test_each_corpus_is_written_with_its_manifest_and_recorded(generated, files):
+    problem = registry.problem("translate_text_files")
+    corpora = problem.train_corpora(generated)
+    assert [corpus.name for corpus in corpora] == ["train.c0", "train.c1"]
+    assert [corpus.weight for corpus in corpora] == list(WEIGHTS)
+    for corpus, count in zip(corpora, SIZES.values()):
+        shards = records.manifest_shards(corpus.manifest)
+        assert [os.path.basename(path) for path in shards] == [
+            f"translate_text_files-{corpus.name}-{i:05d}-of-00010" for i in range(10)]
+        assert records.read_manifest(corpus.manifest)["records"] == count
+        assert records.verify_manifest(corpus.manifest) is None
+    # No corpus's shard is also one of the train split's pattern.
+    assert not [path for path in os.listdir(generated)
+                if path.startswith("translate_text_files-train-")]
+    with open(os.path.join(generated, "translate_text_files.json"), encoding="utf-8") as handle:
+        recorded = json.load(handle)
+    assert recorded["train"] == [[os.path.abspath(path) for path in pair]
+                                 for pair in files["train"]]
+    assert recorded["train_weights"] == list(WEIGHTS)
+    (a_source, a_target), (b_source, b_target) = files["train"]
+    assert (f"--train_source={a_source},{b_source} --train_target={a_target},{b_target} "
+            f"--train_weights=0.8,0.2") in problem.datagen_command(generated)
+
+
+def test_without_weights_each_corpus_weighs_its_examples(files, tmp_path):
+    """No --train_weights: each corpus's share is its share of all examples, 400 / 1400."""
+    problem = configured(files, weights=None)
+    problem._record_config(str(tmp_path), problem.config)
+    corpora = problem.train_corpora(str(tmp_path))
+    assert [corpus.weight for corpus in corpora] == [None, None]
+    for corpus, count in zip(corpora, SIZES.values()):
+        records.write_shards(({"inputs": [5], "targets": [5]} for _ in range(count)),
+                             records.shard_paths(str(tmp_path), f"p-{corpus.name}", 1),
+                             manifest=corpus.manifest)
+    assert problem.corpus_weights(corpora) == [400 / 1400, 1000 / 1400]
+
+
+def test_a_damaged_shard_of_one_corpus_is_named(generated, tmp_path):
+    damaged = str(tmp_path / "data")
+    shutil.copytree(generated, damaged)
+    problem = registry.problem("translate_text_files")
+    second = problem.train_corpora(damaged)[1]
+    shard = records.manifest_shards(second.manifest)[3]
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as handle:
+        handle.truncate(size - 5)
+    with pytest.raises(DataError) as raised:
+        problem.check_data(damaged)
+    assert str(raised.value).startswith(f"the shard {shard} has {size - 5} bytes")
+    assert "--train_weights=0.8,0.2" in str(raised.value)  # the command to rerun
+    with open(shard, "r+b") as handle:  # the same size, a record's bytes changed
+        handle.truncate(size)
+    assert problem.corrupt_data_error(damaged).args[0].startswith(f"the shard {shard} is damaged")
+
+
+def test_the_data_watch_and_the_batch_size_check_take_every_corpus(generated, tmp_path):
+    problem = registry.problem("translate_text_files")
+    corpora = problem.train_corpora(generated)
+    watch = DataWatch(problem, generated, ("train", "dev"), str(tmp_path))
+    assert {corpus.manifest for corpus in corpora} <= set(watch.files)
+    # One pass holds the tokens of both corpora: a batch of all of them fills, one more not.
+    lengths = [records.manifest_example_lengths(corpus.manifest) for corpus in corpora]
+    held = sum(pipeline.batch_tokens_of_pass(each, BATCHES) for each in lengths)
+    assert held > pipeline.batch_tokens_of_pass(lengths[1], BATCHES)
+    problem.check_batch_size(generated, BATCHES.replace(batch_size=held))
+    with pytest.raises(DataError, match=f"holds {held} tokens"):
+        problem.check_batch_size(generated, BATCHES.replace(batch_size=held + 1))
+
+
+@pytest.mark.parametrize("weights, share", [(WEIGHTS, 0.8), (None, 2000 / 7000)])
+def test_the_vocabulary_sample_follows_the_weights(tmp_path, weights, share):
+    """The first 3,000 pairs the vocabulary would train on, of corpora of 2,000 and 5,000
+    lines: A's share is its weight, or without weights its share of the lines; the same sample
+    every time (datagen writes the same vocabulary)."""
+    files = {"train": [write_corpus(tmp_path, "alpha", 2000),
+                       write_corpus(tmp_path, "omega", 5000)],
+             "dev": write_corpus(tmp_path, "dev", 20, seed=2)}
+    problem = configured(files, weights)
+    first = list(itertools.islice(problem.vocabulary_samples(None, None), 3000))
+    from_a = sum(sample["inputs"].startswith("alpha") for sample in first)
+    assert len(first) == 3000 and abs(from_a / 3000 - share) < 0.03
+    assert list(itertools.islice(problem.vocabulary_samples(None, None), 3000)) == first
+
+
+def test_another_weight_into_the_same_folder_is_refused(generated, files, tmp_path):
+    with pytest.raises(DataError, match="generated with other train_weights"):
+        configured(files, weights=(0.5, 0.5)).generate_data(generated, str(tmp_path))
+
+
+def test_lists_and_weights_that_do_not_fit_are_refused(files):
+    with pytest.raises(FlagError, match="--train_source lists 2 files and --train_target 1"):
+        datagen.train_corpora("a.en,b.en", "a.de")
+    with pytest.raises(FlagError, match="--train_target=a.de, has an empty file name"):
+        datagen.train_corpora("a.en,b.en", "a.de,")
+    with pytest.raises(FlagError, match="--train_weights=0.8,much: expected comma-separated"):
+        datagen.train_weights("0.8,much")
+    for weights, message in (((0.8, 0.1, 0.1), "gives 3 weights for 2 training corpora"),
+                             ((0.8, 0), "every weight must be a positive number, not 0"),
+                             ((-1, 2), "every weight must be a positive number, not -1")):
+        with pytest.raises(DataError, match=f"--train_weights=.*{message}"):
+            configured(files, weights)
+
+
+def test_a_bad_weight_is_one_error_line_and_nothing_written(files, tmp_path):
+    (a_source, a_target), (b_source, b_target) = files["train"]
+    code, output = run("datagen", "--problem=translate_text_files",
+                       f"--data_dir={tmp_path / 'data'}", f"--tmp_dir={tmp_path / 'tmp'}",
+                       f"--train_source={a_source},{b_source}",
+                       f"--train_target={a_target},{b_target}", "--train_weights=0.8,0",
+                       f"--dev_source={files['dev'][0]}", f"--dev_target={files['dev'][1]}")
+    assert code == 2, output
+    assert error_lines(output) == ["error: --train_weights=0.8,0: every weight must be a "
+                                   "positive number, not 0"]
+    assert not (tmp_path / "data").exists()
