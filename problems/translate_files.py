@@ -37,7 +37,7 @@ import random
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite.storage import atomic_files
+from t2t_lite.storage import atomic_files, output_paths
 from t2t_lite.data.problem import DEV, TEST, TRAIN, Split
 from t2t_lite.data.text_files import read_parallel
 from t2t_lite.data.text_problem import Text2TextProblem
@@ -339,5 +339,4 @@ def _checked_weights(weights, corpora: int) -> tuple:
 def _absolute(pair):
     """Absolute paths, so that the record in data_dir does not depend on the working folder
     (a URL such as gs://b/f or ram://f is kept as it is)."""
-    return tuple(path if "://" in path else os.path.abspath(path)
-                 for path in pair) if pair else None
+    return tuple(output_paths.absolute(path) for path in pair) if pair else None

@@ -32,7 +32,7 @@ import tensorflow as tf
 from t2t_lite.data.records import file_sha256
 from t2t_lite.data.vocab import SentencePieceVocabulary
 from t2t_lite.errors import DataError
-from t2t_lite.storage import atomic_files, run_description
+from t2t_lite.storage import atomic_files, output_paths, run_description
 
 VOCABULARY_PATTERN = "vocab.*.model"  # the names of datagen's vocabulary files
 TRAINED = "trained"  # the origin of a vocabulary trained in its data folder
@@ -64,7 +64,7 @@ def find(vocab_from: str) -> VocabularySource:
     """The vocabulary file that --vocab_from=`vocab_from` names (see the module's docstring),
     read and checked; DataError naming it when there is none, several, or one that is not the
     one a trained model's record names."""
-    given = _absolute(vocab_from)
+    given = output_paths.absolute(vocab_from)
     if not tf.io.gfile.exists(given):
         raise DataError(f"--vocab_from={vocab_from}: no such file or folder")
     if tf.io.gfile.isdir(given):
@@ -195,11 +195,6 @@ def copy(source: VocabularySource, vocabulary_path: str):
 def forget_origin(vocabulary_path: str):
     """Removes the record of a copied vocabulary's origin (before one is trained there)."""
     atomic_files.remove_if_exists(origin_path(vocabulary_path))
-
-
-def _absolute(path: str) -> str:
-    """A local path made absolute (the record names it from anywhere); a URL as it is."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _joined(folder: str, name: str) -> str:

@@ -15,6 +15,7 @@ A path found reachable is not asked about again in the same process (a trainer's
 its output_dir three times: the lock, the folder, the lock again).
 """
 import contextlib
+import os
 import threading
 import uuid
 
@@ -140,6 +141,12 @@ def prepare_output_folder(folder: str, flag: str) -> list:
     `removed_on_failure`); raises StorageError naming --flag if its storage cannot be reached,
     FlagError if it is a file or cannot be created or written."""
     return _prepare_folder(folder, flag, folder)
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute, so that a record names it from any working folder; a URL
+    (gs://, ram://) as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def parent_folder(path: str) -> str:

@@ -50,6 +50,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite.storage import output_paths
 from t2t_lite.storage.atomic_files import atomic_write
 from t2t_lite.errors import UserError
 from t2t_lite.hparams_lib import HParams
@@ -219,7 +220,8 @@ def vocabulary_record(problem, data_dir: str) -> dict:
     vocabulary_files."""
     files = [{"name": os.path.basename(path), "sha256": _sha256(path)}
              for path in problem.vocabulary_files(data_dir)]
-    return {"data_dir": _absolute(data_dir), "vocab_size": problem.vocab_size(data_dir),
+    return {"data_dir": output_paths.absolute(data_dir),
+            "vocab_size": problem.vocab_size(data_dir),
             "files": files}
 
 
@@ -302,12 +304,6 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _absolute(path: str) -> str:
-    """A local path made absolute, so that the record names the folder from anywhere; a URL
-    (gs://, ram://) as it is."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _joined(folder: str, name: str) -> str:

@@ -68,8 +68,9 @@ def last_checkpoints(output_dir: str, num_last: int) -> list:
 
 def listed_checkpoints(listed: list) -> list:
     """The checkpoints of the averager's --checkpoints (t2t's avg_checkpoints flag), oldest
-    (lowest step) first: each a checkpoint prefix (O/model.ckpt-1000) or a folder with a `checkpoint` state
-    file (O/best, another run's output folder), for the checkpoint it names last. A
+    (lowest step) first: each a checkpoint prefix (O/model.ckpt-1000) or a folder with a
+    `checkpoint` state file (O/best, another run's output folder), for the checkpoint it
+    names last. A
     CheckpointError names one that is neither; a FlagError an empty list or a checkpoint named
     twice (it would weigh twice in the mean)."""
     if not listed:

@@ -26,7 +26,6 @@ An output_dir that already holds checkpoints resumes from them and SOURCE is not
 line saying so: as in tensor2tensor, whose Estimator restored model_dir's checkpoint rather than
 warm-starting, the same command rerun after an interruption resumes the fine-tuning.
 """
-import os
 
 import tensorflow as tf
 from absl import logging
@@ -218,8 +217,7 @@ def restore_weights(checkpoint: str, model) -> dict:
 def start_record(checkpoint: str) -> dict:
     """{"checkpoint": its absolute prefix, "step": the step in its name (-1 without one),
     "run_dir": the absolute folder of its hparams.json}: run_description's "warm_start"."""
-    def absolute(path):
-        return path if "://" in path else os.path.abspath(path)
+    absolute = output_paths.absolute
     described_in = description_folder(checkpoint)
     return {"checkpoint": absolute(checkpoint), "step": checkpoints.step_of(checkpoint),
             "run_dir": absolute(described_in) if described_in else None}
