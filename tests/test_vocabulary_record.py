@@ -91,7 +91,7 @@ def run_copy(trained, tmp_path):
 
 
 def without_record(output_dir):
-    """output_dir's hparams.json as t2t_lite wrote it before the vocabulary's record."""
+    """output_dir's hparams.json without its vocabulary's record."""
     path = output_dir / "hparams.json"
     description = json.loads(path.read_text())
     del description["vocabulary"]
@@ -219,28 +219,25 @@ def test_the_averager_refuses_a_kept_record_of_another_vocabulary(data_dirs, tra
     assert file_hashes(run_copy) == before
 
 
-def test_an_hparams_json_without_the_record_works_with_a_warning(data_dirs, run_copy,
-                                                                 tmp_path):
+def test_an_hparams_json_without_the_record_is_refused(data_dirs, run_copy, tmp_path):
+    """Without the vocabulary's record nothing tells whether --data_dir holds the vocabulary
+    the model was trained with: the decoder, the exporter and a resume refuse the record."""
     without_record(run_copy)
-    target = tmp_path / "decoded.de"
-    code, out = run("decoder", *decoder_flags(data_dirs["a"], run_copy, data_dirs["a_test"],
-                                              target))
-    assert code == 0, out
-    assert len(target.read_text().splitlines()) == 20
-    assert f"{run_copy}/hparams.json records no vocabulary" in out
-
-    code, out = run("exporter", f"--data_dir={data_dirs['a']}", f"--output_dir={run_copy}",
-                    f"--export_dir={tmp_path / 'export'}")
-    assert code == 0, out
-    assert f"{run_copy}/hparams.json records no vocabulary" in out
-
-    # A resume takes the data folder's vocabulary as the checkpoints' and records it.
-    code, out = run("trainer", *trainer_flags(data_dirs["a"], run_copy, 3))
-    assert code == 0, out
-    assert f"{run_copy}/hparams.json records no vocabulary" in out
-    recorded = json.loads((run_copy / "hparams.json").read_text())
-    assert recorded["vocabulary"]["files"] == [
-        {"name": VOCABULARY_FILE, "sha256": sha256(vocabulary_path(data_dirs["a"]))}]
+    before = file_hashes(run_copy)
+    commands = [
+        ("decoder", *decoder_flags(data_dirs["a"], run_copy, data_dirs["a_test"],
+                                   tmp_path / "decoded.de")),
+        ("exporter", f"--data_dir={data_dirs['a']}", f"--output_dir={run_copy}",
+         f"--export_dir={tmp_path / 'export'}"),
+        ("trainer", *trainer_flags(data_dirs["a"], run_copy, 3))]
+    for program, *flags in commands:
+        code, out = run(program, *flags)
+        assert code == 2, out
+        errors = error_lines(out)
+        assert len(errors) == 1 and "Traceback" not in out, out
+        assert f"{run_copy}/hparams.json cannot be read: it has no 'vocabulary'" in errors[0]
+    assert file_hashes(run_copy) == before
+    assert not (tmp_path / "decoded.de").exists() and not (tmp_path / "export").exists()
 
 
 class Problem:

@@ -104,11 +104,6 @@ def _in_folder(folder: str) -> tuple:
         raise DataError(f"--vocab_from={folder} holds several vocabularies ({names}): pass the "
                         f"one to take, e.g. --vocab_from={found[0]}")
     if not found:
-        if tf.io.gfile.exists(record_path):
-            raise DataError(f"--vocab_from={folder}: {record_path} records no vocabulary (an "
-                            f"earlier version wrote it) and the folder holds no "
-                            f"{VOCABULARY_PATTERN}: pass the vocabulary file of the model's "
-                            f"--data_dir with --vocab_from=FILE")
         raise DataError(f"--vocab_from={folder} holds no vocabulary: neither a "
                         f"{VOCABULARY_PATTERN} (a data folder's) nor an hparams.json that "
                         f"records one (a trained model's folder). Pass a data folder, a "

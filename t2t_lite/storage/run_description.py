@@ -1,48 +1,6 @@
-"""The run description: hparams.json, what a trained model was built from.
-
-The trainer writes it beside the checkpoints, the averager copies it beside an averaged
-checkpoint and the exporter beside the SavedModel, so that the decoder and the exporter rebuild
-the same model from a folder alone (t2t kept hparams.json in its output_dir for the same use):
-
-    {"problem": "algorithmic_copy", "model": "transformer", "hparams": {HParams.to_dict()},
-     "changes": [{"step": 2000, "hparams": {"learning_rate_constant": 1.0}}]}
-
-"hparams" are those the run began with. A resumed run may change some (the trainer's
-CHANGEABLE_ON_RESUME: the learning rate, dropout, ...); the record is then kept as it was and
-what changed is appended to "changes", with the step of the checkpoint it resumed from (the
-updates after it used the new values), so that the record still says what every part of the
-run trained with (`record_training`; tensor2tensor, and t2t_lite before, overwrote the file).
-The hparams a reader gets are the last ones: "hparams" with every change applied in order. A
-run that never changed anything has no "changes".
-
-The vocabulary is part of the model: the ids a checkpoint was trained on mean nothing with
-another vocabulary of the same size, which decodes to fluent garbage without an error. The
-record therefore holds what the trainer read in its data folder (`vocabulary_record`):
-
-    "vocabulary": {"data_dir": "/abs/D", "vocab_size": 8000,
-                   "files": [{"name": "vocab.translate_text_files.bpe.model", "sha256": "..."}]}
-
-with "files" empty for a vocabulary made in code (the algorithmic problems'), whose size then
-tells it. The trainer (resuming), the decoder and the exporter compare it with their --data_dir
-(`checked_vocabulary`) and refuse another vocabulary, naming both files. tensor2tensor recorded
-nothing of it; records written before it was added have no "vocabulary" and are read with a
-warning (a resume adds it), and earlier versions read a record with it and pass the key by.
-
-A run that started from another run's weights (the trainer's --warm_start_from) records
-where, and a resume keeps it as it was:
-
-    "warm_start": {"checkpoint": "/abs/O/model.ckpt-1000", "step": 1000, "run_dir": "/abs/O"}
-
-"run_dir" is the folder of the hparams.json that described that checkpoint; earlier versions
-read a record with it and pass the key by.
-
-Reading it checks it whole: a file that is not JSON, lacks a key, names an hparam that does not
-exist or gives one a value of the wrong type is one RunDescriptionError naming the file and what
-is wrong (tensor2tensor, and t2t_lite before, ended in a JSONDecodeError traceback or built a
-model that did not fit the checkpoints). An hparam the file does not set takes its default: the
-records of earlier versions lack the hparams added since, whose defaults keep what those
-versions did.
-"""
+"""hparams.json: the problem, model, hparams and vocabulary a run was built from, beside its
+checkpoints, so that the decoder and the exporter rebuild the same model from a folder alone
+(docs/architecture.md, "The run description")."""
 import hashlib
 import json
 import os
@@ -75,12 +33,12 @@ def description_path(output_dir: str) -> str:
 
 
 def save_run_description(output_dir: str, problem_name: str, model_name: str, hparams,
-                         vocabulary: dict = None, warm_start: dict = None):
+                         vocabulary: dict, warm_start: dict = None):
     """Writes output_dir/hparams.json atomically (a complete file or none), on any
     tf.io.gfile file system; with the `vocabulary` record (vocabulary_record) and the
     `warm_start` record (training.warm_start.start_record) when given."""
     description = {"problem": problem_name, "model": model_name,
-                   **({VOCABULARY: vocabulary} if vocabulary else {}),
+                   VOCABULARY: vocabulary,
                    **({WARM_START: warm_start} if warm_start else {}),
                    "hparams": hparams.to_dict()}
     with atomic_write(description_path(output_dir)) as handle:
@@ -111,14 +69,13 @@ def _load(output_dir: str) -> tuple:
 
 
 def record_training(output_dir: str, problem_name: str, model_name: str, hparams, step: int,
-                    vocabulary: dict = None, warm_start: dict = None):
+                    vocabulary: dict, warm_start: dict = None):
     """Records in output_dir/hparams.json that training goes on from `step` with `hparams`:
     a new record when there is none or no step has been trained yet (step 0), with the
     `warm_start` record when given; else the record kept (its "warm_start" too), with the
     hparams that differ from its last ones appended to its "changes" as {"step": step,
-    "hparams": {name: new value}}, and the `vocabulary` record added to one that has none
-    (nothing written when nothing is new). The problem, the model and the vocabulary must be
-    the recorded ones (the trainer's resumable_hparams, checked_vocabulary)."""
+    "hparams": {name: new value}} (nothing written when nothing is new). The problem, the
+    model and the vocabulary must be the recorded ones (resumable_hparams, checked_vocabulary)."""
     description, recorded = _load(output_dir)
     if not recorded or step == 0:
         save_run_description(output_dir, problem_name, model_name, hparams, vocabulary,
@@ -128,13 +85,10 @@ def record_training(output_dir: str, problem_name: str, model_name: str, hparams
     if set(changed) & set(_NAMES):
         raise ValueError(f"{description_path(output_dir)} records another run: "
                          f"{sorted(set(changed) & set(_NAMES))} differ")
-    if changed:
-        change = {"step": step, "hparams": {name: after for name, (_, after) in changed.items()}}
-        description = {**description, "changes": [*description.get("changes", []), change]}
-    if vocabulary and VOCABULARY not in description:
-        description = {**description, VOCABULARY: vocabulary}
-    elif not changed:
+    if not changed:
         return
+    change = {"step": step, "hparams": {name: after for name, (_, after) in changed.items()}}
+    description = {**description, "changes": [*description.get("changes", []), change]}
     with atomic_write(description_path(output_dir)) as handle:
         handle.write(json.dumps(description, indent=2))
 
@@ -153,7 +107,7 @@ def _parse_description(description) -> dict:
     if not isinstance(description, dict):
         raise ValueError(f"it holds {type(description).__name__}, not an object with "
                          f"\"problem\", \"model\" and \"hparams\"")
-    for key in (*_NAMES, "hparams"):
+    for key in (*_NAMES, "hparams", VOCABULARY):
         if key not in description:
             raise ValueError(f"it has no {key!r}")
     for key in _NAMES:
@@ -171,8 +125,7 @@ def _parse_description(description) -> dict:
             raise ValueError(f"the change {change!r} is not an object with a \"step\" number "
                              f"and \"hparams\"")
         hparams = {**hparams, **change["hparams"]}
-    if VOCABULARY in description:
-        _check_vocabulary_record(description[VOCABULARY])
+    _check_vocabulary_record(description[VOCABULARY])
     if WARM_START in description:
         _check_warm_start_record(description[WARM_START])
     # HParams.from_dict names an unknown key or a value of the wrong type (an HParamsError is
@@ -228,27 +181,13 @@ def vocabulary_record(problem, data_dir: str) -> dict:
 def checked_vocabulary(output_dir: str, problem, data_dir: str, resuming: bool = False) -> dict:
     """The vocabulary record to keep with the model in output_dir when it is used with
     data_dir's vocabulary: the one output_dir's hparams.json records, when data_dir's is the
-    same (`same_vocabulary`: files of the same sha256, whatever their names; without files,
-    the same size); data_dir's when
-    there is no hparams.json (a new run) or it records none (an earlier version's: a
-    warning). Another vocabulary is a VocabularyError naming data_dir's file and the
-    recorded one. `resuming`: the trainer's advice and warning instead of the decoder's."""
+    same (`same_vocabulary`), or data_dir's when there is no hparams.json (a new run). Another
+    vocabulary is a VocabularyError naming both files; `resuming` gives the trainer's advice."""
     current = vocabulary_record(problem, data_dir)
     description, recorded = _load(output_dir)
     if not recorded:
         return current
     path = description_path(output_dir)
-    if VOCABULARY not in description:
-        if resuming:
-            logging.warning("%s records no vocabulary (an earlier version wrote it): the "
-                            "checkpoints are taken to be trained on that of --data_dir=%s, "
-                            "which is recorded now", path, data_dir)
-        else:
-            logging.warning("%s records no vocabulary (an earlier version wrote it), so nothing "
-                            "tells whether --data_dir=%s holds the one the model was trained "
-                            "with: another one translates to garbage without an error",
-                            path, data_dir)
-        return current
     before = description[VOCABULARY]
     if same_vocabulary(before, current):
         return before
@@ -264,8 +203,7 @@ def checked_vocabulary(output_dir: str, problem, data_dir: str, resuming: bool =
 
 
 def recorded_vocabulary(output_dir: str) -> dict:
-    """The vocabulary record of output_dir's hparams.json; None without one, or when it
-    records none."""
+    """The vocabulary record of output_dir's hparams.json; None without one."""
     return _load(output_dir)[0].get(VOCABULARY)
 
 

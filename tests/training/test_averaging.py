@@ -44,7 +44,8 @@ def output_dir(tmp_path_factory):
         for weight in model.weights:
             weight.assign(np.full(weight.shape, value, weight.dtype))
         manager.save(checkpoint_number=step)
-    save_run_description(output_dir, "algorithmic_copy", "transformer", tiny_hparams())
+    save_run_description(output_dir, "algorithmic_copy", "transformer", tiny_hparams(),
+                         {"data_dir": "", "vocab_size": 12, "files": []})
     return output_dir
 
 

@@ -148,7 +148,8 @@ def test_a_first_average_on_a_full_disk_leaves_nothing_behind(output_dir, tmp_pa
     trained = str(tmp_path / "train")
     shutil.copytree(output_dir, trained)
     save_run_description(trained, "algorithmic_copy", "transformer",
-                         registry.hparams("transformer_tiny"))
+                         registry.hparams("transformer_tiny"),
+                         {"data_dir": "", "vocab_size": 12, "files": []})
     folder = small_filesystem(2)
     average_on_a_full_disk(trained, folder, f"{folder}/new/averaged/model.ckpt")
     assert sorted(os.listdir(folder)) == ["filler"], list(os.walk(folder))

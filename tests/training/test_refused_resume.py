@@ -135,12 +135,18 @@ def write_record(folder, text):
     return str(folder / "hparams.json")
 
 
+# The record of the copy task's vocabulary, made in code (no file).
+COPY_VOCABULARY = {"data_dir": "", "vocab_size": 12, "files": []}
+
+
 def valid_record() -> dict:
-    return {"problem": "algorithmic_copy", "model": "transformer", "hparams": tiny().to_dict()}
+    return {"problem": "algorithmic_copy", "model": "transformer", "vocabulary": COPY_VOCABULARY,
+            "hparams": tiny().to_dict()}
 
 
 @pytest.mark.parametrize("damage, message", [
     (lambda record: record.pop("hparams"), "has no 'hparams'"),
+    (lambda record: record.pop("vocabulary"), "has no 'vocabulary'"),
     (lambda record: record.update(problem=3), "'problem' is 3: expected a name"),
     (lambda record: record.update(hparams=[1]), "'hparams' is [1]: expected an object"),
     (lambda record: record["hparams"].update(hidden_sise=32),
@@ -174,9 +180,10 @@ def test_a_record_of_an_earlier_version_takes_the_defaults_of_hparams_added_sinc
 
 
 def test_a_record_round_trips(tmp_path):
-    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny())
+    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny(),
+                         COPY_VOCABULARY)
     assert saved_run(str(tmp_path)) == {"problem": "algorithmic_copy", "model": "transformer",
-                                        "hparams": tiny()}
+                                        "vocabulary": COPY_VOCABULARY, "hparams": tiny()}
     assert saved_run(str(tmp_path / "none")) == {}
 
 
@@ -185,7 +192,7 @@ def test_a_resumed_run_keeps_the_recorded_length_bucketing(tmp_path):
     for "auto" resumes with the recorded choice, so that its batches continue the same stream
     whichever --jit_compile it runs with."""
     save_run_description(str(tmp_path), "algorithmic_copy", "transformer",
-                         tiny().replace(length_bucketing="longer"))
+                         tiny().replace(length_bucketing="longer"), COPY_VOCABULARY)
     resumed = resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer", tiny())
     assert resumed == tiny().replace(length_bucketing="longer")
     with pytest.raises(ResumeError, match="length_bucketing: 'longer' in .*, 'each' requested"):
@@ -196,7 +203,8 @@ def test_a_resumed_run_keeps_the_recorded_length_bucketing(tmp_path):
 def test_training_settings_may_change_on_resume_but_not_the_model_or_the_data(tmp_path):
     """What neither changes the variables, the function the checkpoints compute nor the order
     of the batches (the learning rate after a NaN loss, dropout) may change on resume."""
-    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny())
+    save_run_description(str(tmp_path), "algorithmic_copy", "transformer", tiny(),
+                         COPY_VOCABULARY)
     changed = tiny().replace(learning_rate_constant=0.5, learning_rate_warmup_steps=100,
                              relu_dropout=0.0, label_smoothing=0.0)
     assert resumable_hparams(str(tmp_path), "algorithmic_copy", "transformer",
