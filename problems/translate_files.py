@@ -1,32 +1,6 @@
-"""Translation from your own aligned files: line N of the source file translates line N of the
-target file (plain UTF-8 or .gz), with a joint SentencePiece vocabulary trained on the training
-pair.
-
-The files, the languages and the vocabulary size come from datagen's flags:
-
-  t2t_lite-datagen --problem=translate_text_files --data_dir=D --tmp_dir=T \
-      --train_source=train.en --train_target=train.de --dev_source=dev.en --dev_target=dev.de \
-      [--test_source=test.en --test_target=test.de] [--source_language=en --target_language=de] \
-      [--approx_vocab_size=8192]
-
-Several training corpora, one pair of files each, are comma-separated lists of equal length,
-with an optional share of the training examples for each (`--train_weights=0.8,0.2`; by default
-in proportion to their sizes, as if they were one corpus):
-
-  t2t_lite-datagen --problem=translate_text_files ... --train_source=a.en,b.en \
-      --train_target=a.de,b.de --train_weights=0.8,0.2
-
-Each corpus is written as a split of its own (`P-train.c0-*-of-*`, `P-train.c1-*-of-*`, each with
-its manifest; one corpus keeps `P-train-*-of-*`), which the trainer draws from by weight
-(`train_corpora`); the vocabulary trains on a sample drawn by the same weights
-(`vocabulary_samples`).
-
-Datagen records them in `D/translate_text_files.json`. The trainer and the decoder create the
-problem by name without them: the vocabulary has a fixed name in D, so they find it all the same.
-Running datagen again into D with other files or settings is an error rather than a mix of old
-and new data, once data was generated there; until then (a first run that failed on a file) the
-record is replaced, so the corrected command runs.
-"""
+"""translate_text_files: translation from your own aligned files (line N of the source translates
+line N of the target; plain UTF-8 or .gz), one or several weighted training corpora, with a
+joint SentencePiece vocabulary (docs/problems.md, "Your own files")."""
 import dataclasses
 import itertools
 import json

@@ -1,17 +1,6 @@
-"""Checkpoints of a model's weights and the optimizer's state, named by Keras variable paths.
-
-TensorFlow's object-graph checkpoints do not follow the sublayers a Keras 3 model keeps in
-Python lists (the encoder and decoder stacks), so a plain `tf.train.Checkpoint(model=model)`
-silently saves only the embedding. Here every variable is saved under its unique Keras path
-("encoder_layer_0/self_attention/query/kernel", without the model's own name), which also makes
-a mismatch between a checkpoint and the model easy to name.
-
-The trainer writes and resumes them; the decoder, the exporter and the averager read them.
-Every read goes through `reader` or `restore`, which turn a damaged checkpoint (an .index or
-.data file cut short, changed or missing) into one DamagedCheckpointError naming the file and
-the latest checkpoint beside it that restores, instead of TensorFlow's IndexError ("Read less
-bytes than requested"), DataLossError or OpError, which named neither.
-"""
+"""Checkpoints of a model's weights and the optimizer's state, saved under each variable's
+Keras path (TensorFlow's object graph misses the layers a Keras 3 model keeps in lists); every
+read turns a damaged checkpoint into one error naming the file and the latest that restores."""
 import re
 import uuid
 

@@ -1,24 +1,6 @@
-"""Pictures people look at: the attention of each head, and the PNG writing that the training
-summaries' learning-rate picture (training/summaries.py) shares.
-
-Attention pictures: what each head of each layer looks at (paper §3.2, and the "attention
-visualizations" of Figures 3-5 in the paper's appendix; the Annotated Transformer draws the same).
-
-For one sentence the Transformer has three kinds of attention (§3.2.3):
-  - encoder self-attention: each source token (query, row) over all source tokens (keys, columns);
-  - decoder self-attention: each decoder position over itself and the positions before it (the
-    causal mask leaves the upper triangle empty);
-  - encoder-decoder attention: each decoder position over the source tokens, the "alignment"
-    of the translation.
-Each picture has one row per layer and one column per head (§3.2.2: heads attend to different
-things, which is why the paper drew them separately). A cell is the softmax weight of
-`softmax(QK^T / sqrt(d_k))` (§3.2.1, Equation 1), from 0 (dark) to 1 (bright); every row sums
-to 1.
-
-Tokens label the axes: the source pieces followed by "</s>" (the EOS the encoder sees), and on
-the decoder side "<s>" (the shifted-in start symbol) followed by the target pieces, so decoder
-position i is labelled with the token it reads, not the one it predicts.
-"""
+"""Pictures people look at: the attention of each head of each layer (paper §3.2 and the appendix's
+Figures 3-5; a row per layer, a column per head, each cell a softmax weight of Equation 1), and
+the PNG writing the learning-rate picture shares."""
 import dataclasses
 import io
 

@@ -1,21 +1,6 @@
-"""The input pipeline: TFRecords -> length-bucketed batches of about `batch_size` tokens.
-
-tensor2tensor's `data_reader`: an example's length is the longer of its source and target;
-training drops examples longer than `max_length`; examples are grouped into buckets with
-geometric boundaries (8, 9, ..., each about 1.1 times the last) and each bucket gets
-`batch_size // boundary` examples, so every batch holds about `batch_size` tokens. Every batch is
-padded to its bucket's boundary, so the set of batch shapes is as small as the set of buckets and
-XLA compiles once per bucket instead of once per length.
-
-With hparams.length_bucketing="each", source and target lengths are bucketed separately on the
-same boundaries (a bucket per pair), and the batch size is still that of the longer side's
-bucket. An example whose target is two tokens shorter than its source no longer pads its
-target up to the source's length: padding falls to a fraction (benchmarks/README.md,
-padding_fraction.py), for hundreds of batch shapes instead of tens, which costs nothing without
-XLA. The trainer turns
-length_bucketing="auto" into "each" without XLA and "longer" under XLA; elsewhere (evaluation,
-benchmarks) "auto" buckets as "longer".
-"""
+"""The input pipeline: TFRecords -> length-bucketed batches of about `batch_size` tokens,
+padded to their bucket's boundary (tensor2tensor's data_reader; hparams.length_bucketing:
+docs/architecture.md, "Data")."""
 import bisect
 
 import tensorflow as tf

@@ -1,18 +1,6 @@
-"""The Problem: tensor2tensor's unit of data, from raw samples to batches.
-
-A Problem subclass says where its samples come from (`generate_samples`, strings) and how text
-becomes ids (`feature_encoders`); the base class does the rest of t2t's lifecycle: encode, append
-EOS, write sharded TFRecords atomically with a manifest per split (`generate_data`), check them
-against it (`check_data`) and a batch size against the tokens they hold (`check_batch_size`), and
-read them back as length-bucketed token batches (`dataset`).
-Splits that are decoded and scored rather than trained on (the test split) are also written as
-plain text, one sentence a line, for the decoder. The training split may be several corpora
-(`train_corpora`), each written as a split of its own and drawn from by weight.
-
-Datagen holds a lock in data_dir while it writes (`datagen_output`), which t2t did not: two
-datagens on one folder removed and renamed each other's files and ended in NotFoundError or
-DataLossError tracebacks, or left final-named shards without a manifest.
-"""
+"""The Problem: tensor2tensor's unit of data, from raw samples (`generate_samples`) and encoders
+(`feature_encoders`) to sharded records with manifests (`generate_data`, under a lock), their
+checks, and length-bucketed token batches (`dataset`)."""
 import contextlib
 import dataclasses
 import itertools

@@ -1,26 +1,7 @@
-"""Sharded TFRecord files of int64 id features, written atomically and listed in a manifest.
-
-A shard is written under a temporary name and renamed only when complete (`atomic_files`), so
-an interrupted datagen never leaves a file that looks finished (tensor2tensor wrote in place and
-users found truncated shards after a crash). Examples go round-robin over the shards as they
-stream in, and each shard is then shuffled before it is renamed, as t2t's `generate_files` +
-`shuffle_dataset` did.
-
-When every shard is renamed, a manifest (`{prefix}.manifest.json`) is written last, also
-atomically: each shard's name, record count, size and sha256, and how many examples have each
-length (`example_lengths`; an example's length is that of its longest feature, the length the
-input pipeline buckets by), from which the trainer knows how many tokens one pass over the
-split holds before it reads a record, and where the vocabulary that encoded the ids came from
-(`vocabulary`: trained in the data folder, or taken from another with datagen's --vocab_from,
-and its sha256). t2t had none, so a shard that was
-truncated, replaced or damaged after datagen was found by a DataLossError in the middle of
-training that named no file, or not at all (a shard cut at a record's end, a lost shard);
-`verify_manifest` finds it before training starts.
-
-The same examples give the same bytes in every run: Example protos are serialized with sorted
-feature names (protobuf's map order otherwise changes from one process to the next) and the
-shuffle is seeded.
-"""
+"""Sharded TFRecord files of int64 id features, written atomically, shuffled with a seed, the
+same bytes in every run, and listed in a manifest (counts, sizes, sha256, example lengths, the
+vocabulary's origin) that `verify_manifest` checks before training (docs/architecture.md,
+"Data")."""
 import contextlib
 import hashlib
 import json

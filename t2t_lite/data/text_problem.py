@@ -1,12 +1,6 @@
-"""Text2TextProblem: translation between two languages with a joint SentencePiece vocabulary.
-
-tensor2tensor's Text2TextProblem with `vocab_type = SUBWORD` and a size in the problem's name
-(`..._8k`, `..._32k`): the vocabulary is trained once on the training split (source and target
-together, the pairs that datagen can keep) and stored in data_dir, or taken from another data
-folder or a trained model with datagen's --vocab_from (data/vocabulary_source.py), so that the
-new data's ids are the model's. Tokenization at datagen runs in the TensorFlow graph with
-tensorflow_text's SentencepieceTokenizer, the op that decoding and serving use too.
-"""
+"""Text2TextProblem: translation with a joint SentencePiece vocabulary trained once on the training
+split (or taken with --vocab_from), tokenized in the graph by tensorflow_text, as t2t's
+Text2TextProblem with a SUBWORD vocabulary."""
 import itertools
 import os
 

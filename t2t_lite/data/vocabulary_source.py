@@ -1,27 +1,6 @@
-"""Datagen's --vocab_from: the vocabulary of another data folder or of a trained model, taken
-instead of training one, so that the new data's ids mean what the model's mean.
-
-`--vocab_from=PATH` names one of:
-- a trained model's folder (the trainer's --output_dir, or an average's or an export's folder):
-  its hparams.json records the vocabulary's file, the data folder it was in and its sha256
-  (run_description's "vocabulary" record); the file is taken from that folder once its sha256
-  is the recorded one;
-- a data folder (datagen's --data_dir): its one `vocab.*.model`;
-- a SentencePiece model file (`.model`).
-
-`find` resolves PATH to the file and reads it once: the bytes checked (their sha256, and that
-they are a SentencePiece vocabulary of t2t_lite) are the bytes `copy` writes, atomically, into
-the new data folder under the new problem's own file name (a translate_multi30k_deen vocabulary
-becomes vocab.translate_text_files.bpe.model). Beside it, `origin_path` records where it came
-from ({"from": PATH, "file": the file copied, "sha256"}), so that each split's manifest says it
-(`origin`) in this run and in a rerun that keeps the vocabulary; a vocabulary without that
-record was trained in the folder (or put there by hand) and is recorded as {"from": "trained"}.
-
-Every refusal is one DataError that names --vocab_from and the files: nothing in PATH, several
-vocabularies there, a record whose data folder lost the file or holds another one, a file that
-is not a SentencePiece vocabulary, and (`check_replaces`) a data folder that already holds
-another vocabulary, whose data was encoded with it.
-"""
+"""Datagen's --vocab_from: the vocabulary of another data folder, of a trained model (found by its
+hparams.json record and checked by sha256) or a SentencePiece file, copied atomically under the
+new problem's name so that the new data's ids mean what the model's mean (docs/problems.md)."""
 import dataclasses
 import hashlib
 import json

@@ -1,19 +1,6 @@
-"""Files written whole or not at all, on every TensorFlow file system (local, gs://, ram://).
-
-A file is written under a temporary name beside its final one and renamed when complete, so an
-interrupted program never leaves a file that looks finished (tensor2tensor wrote in place and
-users found truncated shards after a crash). A folder (a SavedModel) is written the same way
-with `atomic_folder`. All access goes through `tf.io.gfile`.
-
-The temporary name is hidden and does not start with the final name: `folder/.name.incomplete`.
-TensorFlow's ram:// file system reports `exists(p)` as True as soon as another file's path
-starts with `p`, so `name.incomplete` would make `name` look written.
-
-A write that fails, in the block or in the final rename, removes the temporary: a full disk
-fails a `tf.io.gfile.GFile` at `write` when the data exceeds its buffer and else at `close`
-(ResourceExhaustedError "No space left on device"), and on gs:// a rename is a copy, which
-can fail too.
-"""
+"""Files and folders written whole or not at all on every tf.io.gfile file system: written under a
+hidden temporary name beside the final one (`folder/.name.incomplete`) and renamed when complete;
+a failed write removes the temporary (docs/architecture.md, "Storage")."""
 import contextlib
 import os
 

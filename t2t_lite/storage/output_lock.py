@@ -1,29 +1,6 @@
-"""One writer per output folder: a lock file that names the process holding it.
-
-tensor2tensor let two trainers share an `--output_dir`: both trained from step 0 and wrote the
-same `model.ckpt-N` names, and the folder ended up a mix of two runs with no error. Here a
-program that writes a folder (the trainer its `--output_dir`, the averager the folder of
-`--out`, the exporter its `--export_dir`) first takes `OutputLock`; a second program is refused
-at once with an error naming the holder's host, process id and start time.
-
-The lock file is written through `tf.io.gfile`, so it works on every file system the trainer
-accepts (local, gs://, ram://), where `fcntl` locks do not. Creation is "write a file of our
-own (atomic_files' hidden temporary name, with our token in it), rename it to the lock's name
-without overwriting, read it back": rename refuses an existing lock, and the read-back catches
-the rare race of two renames at once. A lock whose holder is gone (its process no longer runs on
-this host) is taken over with a warning that says how that is known: no process has its pid, or
-the pid belongs to a process started at another time (the number reused). A lock held from
-another host cannot be checked from here, so the error says which file to delete once that
-process has ended.
-
-A lock that cannot be read is an error, never "no lock": its storage that cannot be reached
-(checked first, within output_paths.REACH_SECONDS), a read that fails, or a file that does not
-parse as a holder. The lock only ever appears whole under its name (renamed into place), so a
-lock that does not parse is not one being written this instant: it was damaged or written by
-something else, and only the user can tell whether a program still writes the folder. (Until
-now such a lock counted as free, and a gs:// folder that could not be reached passed the check
-and failed later in a traceback.)
-"""
+"""One writer per output folder: a lock file, written through tf.io.gfile, that names the process
+holding it; a lock whose holder is gone is taken over, one that cannot be read is an error
+(docs/architecture.md, "Storage")."""
 import datetime
 import json
 import os

@@ -1,19 +1,6 @@
-"""Output paths checked before the first step of work.
-
-A program that only finds out at the end that it cannot write its result (`--decode_to_file`
-in a folder that does not exist, after hours of decoding; `--output_dir` naming a file) loses
-the work. Each program therefore prepares every path it will write before it starts: missing
-parent folders are created, and a path that cannot be written is refused at once, in an error
-naming the flag. The folders made are returned, so that a program that fails later removes
-them again (`removed_on_failure`: a failed export or average leaves no empty folder behind).
-Everything goes through `tf.io.gfile`, so gs:// and ram:// paths work too.
-
-Storage that cannot be reached (gs:// without a network, a bucket one may not read) is found out
-first, in seconds: `check_reachable` asks whether the path exists, and an answer that is an
-error, or no answer within REACH_SECONDS, is one StorageError naming the path and the cause.
-A path found reachable is not asked about again in the same process (a trainer's start checks
-its output_dir three times: the lock, the folder, the lock again).
-"""
+"""Output paths checked and prepared before the first step of work: missing folders made (and
+returned, to be removed on failure), a path that cannot be written refused naming its flag, and
+storage that cannot be reached found out within REACH_SECONDS (docs/architecture.md, "Storage")."""
 import contextlib
 import os
 import threading

@@ -1,28 +1,7 @@
-"""One way for a program to open what it writes: check, prepare, lock, write, report.
-
-Every program names its outputs by their flags and opens them here, in the same order:
-
-    output = Output.folder(output_dir, "output_dir", purpose="train in --output_dir=O")
-    output.check()          # in seconds, before slow work: reachable, not held, right kind
-    ...                     # the program reads and checks its inputs
-    with opened(output):    # folders made, the lock taken, a full disk named by the flag
-        ...                 # the program writes, each file atomically (atomic_files)
-
-`opened` creates the missing folders and refuses a path of the wrong kind or one that cannot
-be written (output_paths), takes the output's lock (output_lock: one writer per output), and
-turns a full disk met inside the block into one StorageError naming the first output's flag
-(storage_errors). When the block raises, the locks are released and then the folders it made
-are removed if they are empty, so that a failed run leaves nothing a rerun trips over.
-
-Three forms of output cover the programs:
-- `Output.folder`: a folder the program writes files in (the trainer's --output_dir,
-  datagen's --data_dir and --tmp_dir, the averager's --out, the decoder's --attention_dir),
-  locked through a file inside it;
-- `Output.file`: one file written whole (the decoder's --decode_to_file), locked beside it;
-- `Output.whole_folder`: a folder written whole under a temporary name and renamed into place
-  (the exporter's --export_dir), locked beside it, since the folder must not exist until it
-  is complete.
-"""
+"""One way for a program to open what it writes: `Output.folder`, `.file` or `.whole_folder`,
+`check()` in seconds before slow work, then `opened(...)`: folders made, the lock taken, a full
+disk named by the flag, and on failure the lock released and the folders made removed
+(docs/architecture.md, "Storage")."""
 import contextlib
 import dataclasses
 

@@ -1,12 +1,5 @@
-"""Storage that cannot take the work: a full disk, or a file system that cannot be reached.
-
-TensorFlow reports a full disk as `ResourceExhaustedError` (`[Op:SaveV2]` when a checkpoint is
-saved), Python as `OSError(ENOSPC)`, and neither names the folder or what the user can do; a
-tensor2tensor run that filled its disk ended in such a traceback with half-written files left.
-A program runs each write it makes inside `reported_full_storage(folder, flag)`, which turns a
-full disk into one `StorageError` naming the flag and the folder; the caller removes its
-temporary files and leaves the last complete result as it was.
-"""
+"""A full disk (TensorFlow's ResourceExhaustedError, Python's ENOSPC) or storage out of reach as one
+StorageError naming the flag and the folder (`reported_full_storage`)."""
 import contextlib
 import errno
 
