@@ -327,38 +327,31 @@ class Problem:
         from the example lengths their manifests record). Such a batch fills only after the
         data repeats, if ever: batch_size=50000000 on the copy task gathered examples to 2 GB
         without a step for 10 minutes, and a max_length under every example ended in a
-        StopIteration traceback.
-
-        A manifest written before the lengths were recorded gives an upper bound, records x
-        max_length, so that only batches that surely cannot fill are refused; shards without a
-        manifest (allowed unverified data) are not checked. A batch_size under the longest
+        StopIteration traceback. Shards without a manifest (allowed unverified data) are not
+        checked. A batch_size under the longest
         example's padded length only gets a warning: that example still trains, alone in its
         batch (t2t's max(1, batch_size // length)), in more tokens than batch_size."""
         manifests = [corpus.manifest for corpus in self.train_corpora(data_dir)]
         if not all(tf.io.gfile.exists(manifest) for manifest in manifests):
             return
-        lengths, manifest = _example_lengths(manifests)
+        lengths = {}
+        for manifest in manifests:
+            for length, count in records.manifest_example_lengths(manifest).items():
+                lengths[length] = lengths.get(length, 0) + count
         accumulate = hparams.optimizer_multistep_accumulate_steps
         asked = hparams.batch_size * num_replicas * accumulate
         flag = f"--hparams=batch_size={hparams.batch_size}"
-        if lengths is None:
-            count = sum(records.read_manifest(path)["records"] for path in manifests)
-            held = count * hparams.max_length
-            holds = (f"at most {held} tokens ({count} examples x max_length="
-                     f"{hparams.max_length}; {manifest}, from an older datagen, does not record "
-                     f"their lengths)")
-        else:
-            kept = [length for length in lengths if length <= hparams.max_length]
-            if not kept:
-                shortest = f" (the shortest has {min(lengths)})" if lengths else ""
-                raise DataError(f"no training example in {data_dir} has at most --hparams="
-                                f"max_length={hparams.max_length} tokens{shortest}, so training "
-                                f"has no batch: raise max_length, or generate data that has")
-            held = pipeline.batch_tokens_of_pass(lengths, hparams)
-            holds = (f"{held} tokens (its examples of at most max_length={hparams.max_length} "
-                     f"tokens, each counted at the length its bucket pads it to, as batch_size "
-                     f"counts)")
-            self._warn_examples_over_batch_size(max(kept), hparams)
+        kept = [length for length in lengths if length <= hparams.max_length]
+        if not kept:
+            shortest = f" (the shortest has {min(lengths)})" if lengths else ""
+            raise DataError(f"no training example in {data_dir} has at most --hparams="
+                            f"max_length={hparams.max_length} tokens{shortest}, so training "
+                            f"has no batch: raise max_length, or generate data that has")
+        held = pipeline.batch_tokens_of_pass(lengths, hparams)
+        holds = (f"{held} tokens (its examples of at most max_length={hparams.max_length} "
+                 f"tokens, each counted at the length its bucket pads it to, as batch_size "
+                 f"counts)")
+        self._warn_examples_over_batch_size(max(kept), hparams)
         if asked <= held:
             return
         if num_replicas == 1 and accumulate == 1:
@@ -459,19 +452,6 @@ class Problem:
         return pipeline.batched_dataset(patterns, hparams, training=training,
                                         shuffle_files=shuffle_files, repeat=repeat,
                                         num_replicas=num_replicas, seed=seed, weights=weights)
-
-
-def _example_lengths(manifests: list) -> tuple:
-    """({length: how many examples} of all these manifests together, None) when each records
-    them; else (None, the first manifest that does not)."""
-    total = {}
-    for manifest in manifests:
-        lengths = records.manifest_example_lengths(manifest)
-        if lengths is None:
-            return None, manifest
-        for length, count in lengths.items():
-            total[length] = total.get(length, 0) + count
-    return total, None
 
 
 _warned_unverified = set()

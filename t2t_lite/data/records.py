@@ -122,7 +122,7 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = None,
+def write_manifest(path: str, paths: list, record_counts: list, lengths: dict,
                    vocabulary: dict = None):
     """Writes the manifest of the complete shards `paths` atomically; `lengths`, {length: how
     many examples}, as its example_lengths (shortest first); `vocabulary`, where the vocabulary
@@ -132,9 +132,8 @@ def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = 
     shards = [{"name": os.path.basename(shard), "records": records,
                "bytes": tf.io.gfile.stat(shard).length, "sha256": file_sha256(shard)}
               for shard, records in zip(paths, record_counts)]
-    manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards}
-    if lengths is not None:
-        manifest["example_lengths"] = {str(length): lengths[length] for length in sorted(lengths)}
+    manifest = {"format": MANIFEST_FORMAT, "records": sum(record_counts), "shards": shards,
+                "example_lengths": {str(length): lengths[length] for length in sorted(lengths)}}
     if vocabulary is not None:
         manifest[VOCABULARY] = dict(vocabulary)
     with atomic_files.atomic_write(path) as handle:
@@ -144,15 +143,14 @@ def write_manifest(path: str, paths: list, record_counts: list, lengths: dict = 
 def read_manifest(path: str) -> dict:
     """The manifest at `path`: {"format", "records", "shards": [{"name", "records", "bytes",
     "sha256"}, ...], "example_lengths": {"length": count}, "vocabulary": {"from", "sha256"}}
-    (example_lengths and vocabulary only in the manifests written since each was added);
-    ValueError naming it when it is damaged."""
+    ("vocabulary" where the vocabulary is a file); ValueError naming it when it is damaged."""
     with tf.io.gfile.GFile(path, "r") as handle:
         text = handle.read()
     try:
         manifest = json.loads(text)
         well_formed = (manifest["format"] == MANIFEST_FORMAT and manifest["shards"] and
                        all(set(SHARD_FIELDS) <= set(shard) for shard in manifest["shards"]))
-        lengths = manifest.get("example_lengths", {})
+        lengths = manifest["example_lengths"]
         well_formed = well_formed and all(
             length.isdigit() and isinstance(count, int) for length, count in lengths.items())
         vocabulary = manifest.get(VOCABULARY, {"from": "", "sha256": ""})
@@ -166,11 +164,10 @@ def read_manifest(path: str) -> dict:
     return manifest
 
 
-def manifest_example_lengths(path: str):
-    """{length: how many examples} of the split whose manifest is at `path`, or None for a
-    manifest written before it recorded them."""
-    lengths = read_manifest(path).get("example_lengths")
-    return None if lengths is None else {int(length): count for length, count in lengths.items()}
+def manifest_example_lengths(path: str) -> dict:
+    """{length: how many examples} of the split whose manifest is at `path`."""
+    lengths = read_manifest(path)["example_lengths"]
+    return {int(length): count for length, count in lengths.items()}
 
 
 def count_records(manifest: str, filepattern: str) -> int:

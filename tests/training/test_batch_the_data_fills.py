@@ -6,9 +6,7 @@ ended in a StopIteration traceback.
 SMALL's buckets are one, of 22 tokens (max_length=22, min_length_bucket=22), and every copy
 example is shorter: one pass over N training examples holds N x 22 tokens as batch_size counts
 them (each example padded to its bucket)."""
-import json
 import logging
-import shutil
 
 import pytest
 
@@ -70,32 +68,6 @@ def test_replicas_and_accumulated_batches_count_into_the_update(data_dir):
                               f"but one pass over the training data in {data_dir} holds "
                               f"{TOKENS_OF_A_PASS} tokens")
     assert message.endswith(f"use a batch_size of at most {TOKENS_OF_A_PASS // 6}")
-
-
-def test_a_manifest_without_lengths_refuses_only_what_surely_cannot_fill(data_dir, tmp_path):
-    """records x max_length bounds the tokens of a pass from above: with max_length=30 and
-    buckets from 8 on, the exact count is lower, and batches up to the bound still pass."""
-    older = tmp_path / "data"
-    shutil.copytree(data_dir, older)
-    manifest = older / "algorithmic_copy-train.manifest.json"
-    written = json.loads(manifest.read_text())
-    del written["example_lengths"]
-    manifest.write_text(json.dumps(written))
-    problem = registry.problem("algorithmic_copy")
-    bound = TRAIN_EXAMPLES * 30
-    problem.check_batch_size(str(older), copy_hparams(batch_size=bound, max_length=30,
-                                                      min_length_bucket=8))
-    with pytest.raises(DataError, match=f"asks for {bound + 1} tokens a batch, but one pass "
-                                        f"over the training data in {older} holds at most "
-                                        f"{bound} tokens \\({TRAIN_EXAMPLES} examples x "
-                                        f"max_length=30; {manifest}, from an older datagen"):
-        problem.check_batch_size(str(older), copy_hparams(batch_size=bound + 1, max_length=30,
-                                                          min_length_bucket=8))
-    with pytest.raises(DataError, match=f"asks for {bound} tokens a batch, but one pass over "
-                                        f"the training data in {data_dir} holds [0-9]+ tokens "
-                                        f"\\(its examples"):  # the recorded lengths: fewer
-        problem.check_batch_size(data_dir, copy_hparams(batch_size=bound, max_length=30,
-                                                        min_length_bucket=8))
 
 
 def test_a_max_length_under_every_example_is_refused(data_dir):
