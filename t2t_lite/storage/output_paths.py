@@ -27,14 +27,9 @@ def check_reachable(path: str, named: str, seconds: float = REACH_SECONDS):
     """Raises StorageError "{named}: cannot reach {path}: {cause}" when asking whether `path`
     exists fails (NotFound is an answer: no) or gets no answer within `seconds`.
 
-    Without a network TensorFlow's GCS client fails at once (FailedPreconditionError: "Could
-    not resolve host"), but where requests go unanswered (a firewall that drops them, a proxy
-    that never replies) it waits 60 s for each and retries: still no answer after 200 s here.
-    Until now the lock check took such an error for "no lock" and the program ended later in a
-    traceback. The question is asked from a daemon thread: one that hangs is left behind and
-    does not keep the program from ending with the error. (TensorFlow's GCS_* environment
-    variables would shorten the waits too, but for every later request of the run, where the
-    retries are wanted.)"""
+    Where requests go unanswered, TensorFlow's GCS client waits 60 s for each and retries
+    (no answer after 200 s), so the question is asked from a daemon thread, which a hang leaves
+    behind without keeping the program from ending with the error."""
     key = path.rstrip("/") or path
     if key in _reached:
         return
