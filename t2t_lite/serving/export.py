@@ -66,6 +66,7 @@ from absl import logging
 from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.decoding import strategies
 from t2t_lite.decoding.scoring import target_log_likelihoods
 from t2t_lite.decoding.search import Hypotheses, SearchHParams, search, search_hypotheses
 from t2t_lite.errors import UserError
@@ -127,10 +128,11 @@ def score_function(model, encoders: dict, max_length: int):
 
 def n_best_hparams(search_hparams: SearchHParams) -> SearchHParams:
     """The n_best signature's search: num_hypotheses when the exporter's --decode_hparams ask
-    for more than 1, else the whole beam (t2t's return_beams)."""
+    for more than 1, else the strategy's whole list (t2t's return_beams: the beam)."""
     hp = search_hparams
+    whole = strategies.chosen(hp).n_best(dataclasses.asdict(hp))
     return dataclasses.replace(hp, num_hypotheses=hp.num_hypotheses if hp.num_hypotheses > 1
-                               else hp.beam_size)
+                               else whole)
 
 
 def n_best_function(model, encoders: dict, search_hparams: SearchHParams, max_length: int,
