@@ -41,6 +41,9 @@ class SearchHParams:
     # among the K most probable, 0 from the whole distribution, of logits / temperature.
     sampling_topk: int = 1
     sampling_temperature: float = 1.0
+    # Nucleus sampling (CTranslate2's sampling_topp): among the top-k, of logits / temperature,
+    # the fewest most probable pieces whose probability reaches p (1: every piece).
+    sampling_topp: float = 1.0
 
     def __post_init__(self):
         """Settings that cannot go together are refused where they are made (the decoder's and
@@ -84,6 +87,11 @@ def check_search_hparams(hp: SearchHParams):
         refuse(f"sampling_topk={hp.sampling_topk}: must be 0 (every piece) or more")
     if not hp.sampling_temperature > 0:
         refuse(f"sampling_temperature={hp.sampling_temperature}: must be above 0")
+    if not 0 < hp.sampling_topp <= 1:
+        refuse(f"sampling_topp={hp.sampling_topp}: must be above 0 and at most 1")
+    if hp.sampling_topp < 1 and not strategies.samples(hp):
+        refuse(f"sampling_topp={hp.sampling_topp} samples with a sampling_topk other than 1 "
+               "only (0: every piece)")
     if strategies.samples(hp) and hp.beam_size != 1:
         refuse(f"sampling_topk={hp.sampling_topk} samples with beam_size=1 only, not "
                f"beam_size={hp.beam_size}")
