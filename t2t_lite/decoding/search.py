@@ -18,19 +18,11 @@ from t2t_lite.layers.attention import NEG_INF  # noqa: F401
 
 @dataclasses.dataclass(frozen=True)
 class SearchHParams:
-    """What the search does, the search's part of t2t's --decode_hparams (the decoder's batching
-    and XLA are decoder.TranslatorHParams). beam_size 4 and alpha 0.6 are the paper's (§6.1);
-    beam_size=1 is greedy search. extra_length: tokens allowed past the input length (the
-    paper's 50).
-
-    stop_after_finished: when beam search is done with a sentence. 0 (the default): when no
-    alive hypothesis can beat its best finished one, t2t's bound, so the output is the one a
-    search to the length limit returns. N > 0: also as soon as N hypotheses have ended among
-    its K best candidates of the steps so far, the rule of CTranslate2 (N = K x patience, its
-    default patience 1; it has no exact rule) and fairseq (N = K): fewer steps, and a
-    sentence can miss a better hypothesis that would have ended later. (Which sequences
-    compete for the output stays t2t's: every candidate of the 2K that ended, where
-    CTranslate2 keeps those among the K best only.)"""
+    """The search's part of t2t's --decode_hparams (the Translator's is
+    decoder.TranslatorHParams), checked where made (check_search_hparams). beam_size 4 and
+    alpha 0.6 are the paper's (§6.1). extra_length: tokens allowed past the input length.
+    stop_after_finished: 0 stops a sentence's beam search by t2t's exact bound; N > 0 also once
+    N hypotheses have ended among its K best candidates (CTranslate2's and fairseq's rule)."""
     beam_size: int = 4
     alpha: float = 0.6
     extra_length: int = 50
@@ -46,8 +38,6 @@ class SearchHParams:
     sampling_topp: float = 1.0
 
     def __post_init__(self):
-        """Settings that cannot go together are refused where they are made (the decoder's and
-        exporter's --decode_hparams parsing): check_search_hparams."""
         check_search_hparams(self)
 
 
@@ -75,10 +65,7 @@ def beam_search(model, inputs, beam_size: int = 4, alpha: float = 0.6, extra_len
 
 
 def check_search_hparams(hp: SearchHParams):
-    """SearchSettingError naming the hparams that cannot go together: num_hypotheses above
-    beam_size (beam search returns among its K finished) or below 1, sampling with a beam,
-    a negative sampling_topk, a temperature not above 0, or stop_after_finished below
-    num_hypotheses (a sentence could stop with fewer finished)."""
+    """SearchSettingError naming the hparams that cannot go together (docs/decoding.md)."""
     def refuse(message):
         raise SearchSettingError(f"--decode_hparams: {message}")
     if hp.num_hypotheses < 1:
