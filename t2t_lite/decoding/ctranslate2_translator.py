@@ -107,8 +107,8 @@ class CTranslate2Engine:
     Args:
         folder: the exported model folder.
         tokens: the vocabulary's tokens in id order (vocabulary.tokens), the folder's too.
-        search_hparams: beam_size, alpha (CTranslate2's length_penalty), extra_length,
-            num_hypotheses, sampling_topk and sampling_temperature (search.SearchHParams).
+        search_hparams: SearchHParams: extra_length, num_hypotheses and the strategy's
+            settings, mapped to translate_batch's options by the strategy (`ctranslate2`).
         parallel_batches: batches searched at once (CTranslate2's inter_threads).
         threads: the threads of each (intra_threads; the decoder's intra-op choice).
         alignments: give each Hypothesis its hard alignment (return_attention=True).

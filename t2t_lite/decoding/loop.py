@@ -6,6 +6,8 @@ A model's steps (models.transformer.DecodingSteps; the search tests' stand-ins):
 `initial_state(inputs, room)`, the model's state (a nested structure) with a row per sentence;
 `time_axes(state)`, its structure with, at each tensor, the axis it grows along (a row per
 decoded sequence) or None (a row per sentence); `(ids, position, state) -> (logits, state)`.
+A strategy (strategies/): `rows_per_input`, `initial_state`, `first_step`, `step` and
+`hypotheses`, over a NamedTuple state with `step`, `done` and `cache` (the model's state).
 """
 from typing import Any, NamedTuple
 
