@@ -1,13 +1,15 @@
-"""The search's strategies over its one loop (decoding/search.py): n-best lists (t2t's
-return_beams), target prefixes on every strategy, and sampling (CTranslate2's sampling_topk,
-sampling_temperature and sampling_topp), against the model's teacher-forced log probabilities, an exhaustive
-enumeration and the sampled distribution."""
+"""The search's strategies over its one loop (decoding/loop.py, strategies/): n-best lists
+(t2t's return_beams), target prefixes on every strategy, and sampling (CTranslate2's
+sampling_topk, sampling_temperature and sampling_topp), against the model's teacher-forced log
+probabilities, an exhaustive enumeration and the sampled distribution."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
-from t2t_lite.decoding import search
+from t2t_lite.decoding import search, strategies
 from t2t_lite.errors import UserError
 from test_search import (TinyVocabularyModel, every_finished_sequence, inputs,  # noqa: F401
                          model)  # (inputs and model: fixtures)
@@ -338,3 +340,16 @@ def test_settings_that_cannot_go_together_are_refused(overrides, named):
 def test_sampling_without_a_seed_is_refused(model, inputs):
     with pytest.raises(ValueError, match="seed"):
         search.search_hypotheses(model, inputs, hparams(beam_size=1, sampling_topk=0))
+
+
+@pytest.mark.parametrize("overrides, name", [
+    (dict(), "beam"), (dict(beam_size=1), "greedy"),
+    (dict(beam_size=1, sampling_topk=0), "sampling"),
+    (dict(beam_size=1, sampling_topk=5, sampling_topp=0.9), "sampling")])
+def test_the_settings_choose_a_registered_strategy_of_settings_that_exist(overrides, name):
+    """strategies.STRATEGIES: each strategy's settings are SearchHParams fields, and the
+    settings choose one by name; sampling alone draws (needs a seed)."""
+    fields = {field.name for field in dataclasses.fields(search.SearchHParams)}
+    assert all(set(strategy.settings) <= fields for strategy in strategies.STRATEGIES.values())
+    assert strategies.chosen(hparams(**overrides)).name == name
+    assert strategies.samples(hparams(**overrides)) == (name == "sampling")
