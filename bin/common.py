@@ -81,14 +81,12 @@ def define_trained_model_flags():
     """The flags of the programs that use a trained model (decoder, exporter)."""
     flags.DEFINE_string("checkpoint_path", None, "A checkpoint to use instead of the latest in "
                         "--output_dir (an averaged one, say).")
+    from t2t_lite.decoding import strategies
     flags.DEFINE_string("decode_hparams", "", 'Search settings, e.g. "beam_size=4,alpha=0.6,'
-                        'extra_length=50" (the defaults; beam_size=1 is greedy; '
-                        "stop_after_finished=N: a sentence's beam search also "
-                        "stops once N hypotheses have ended among its K best candidates, "
-                        "CTranslate2's rule; 0, the default, keeps t2t's exact stop). The "
-                        "decoder also takes batch_size (32), jit_compile and parallel_batches "
-                        "(0: one per CPU core without a GPU); the exporter ignores them (see "
-                        "--export_jit_compile).")
+                        'extra_length=50" (the defaults; num_hypotheses=N: the N best; '
+                        f"{strategies.settings_help()}). The decoder also takes batch_size "
+                        "(32), jit_compile and parallel_batches (0: one per CPU core without "
+                        "a GPU); the exporter ignores them (see --export_jit_compile).")
 
 
 def define_thread_flags():

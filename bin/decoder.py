@@ -77,9 +77,10 @@ def check_exclusive_flags():
             if given:
                 raise common.FlagError(f"--{given[0]} does not go with --{flag}: {why}")
     if FLAGS.score_targets:
+        from t2t_lite.decoding import strategies
         common.refuse_decode_hparams(
             ("return_beams", "num_hypotheses", "write_beam_scores", "alignments",
-             "sampling_topk", "sampling_temperature"),
+             *strategies.sampling_settings()),
             "with --score_targets (it scores the given translations and searches nothing)")
         if not FLAGS.decode_from_file:
             raise common.FlagError("--score_targets needs --decode_from_file (the sources of "
@@ -87,7 +88,7 @@ def check_exclusive_flags():
 
 
 def main(argv):
-    from t2t_lite.decoding import decoder
+    from t2t_lite.decoding import decoder, strategies
     common.check_inputs_reachable("decode_from_file", "score_reference", "output_dir",
                                   "checkpoint_path", "data_dir", "ctranslate2_model",
                                   "score_targets", "target_prefix_file")
@@ -104,7 +105,7 @@ def main(argv):
                 raise common.FlagError(f"--{name} does not go with --ctranslate2_model (the "
                                        "folder holds the model it was exported from)")
         common.refuse_decode_hparams(
-            ("jit_compile", "stop_after_finished", "alignment_layer"),
+            ("jit_compile", "alignment_layer", *strategies.ctranslate2_lacks()),
             "with --ctranslate2_model (CTranslate2 runs its own search, and aligns with the "
             "last decoder layer: beam_size, alpha, extra_length, batch_size, parallel_batches, "
             "num_hypotheses, return_beams, write_beam_scores, alignments and sampling apply)")

@@ -40,6 +40,7 @@ def define_flags():
 
 
 def main(argv):
+    from t2t_lite.decoding import strategies
     from t2t_lite.serving import ctranslate2_export, export
     from t2t_lite.storage import outputs
     if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
@@ -56,7 +57,7 @@ def main(argv):
     # --decode_hparams only the search's settings apply.
     common.refuse_decode_hparams(
         ("batch_size", "parallel_batches", "jit_compile", "return_beams", "write_beam_scores",
-         "alignments", "alignment_layer", "sampling_topk", "sampling_temperature"),
+         "alignments", "alignment_layer", *strategies.sampling_settings()),
         "to the SavedModel: it searches each request as one batch (XLA: --export_jit_compile), "
         "serves the n-best lists in its n_best signature and does not sample; beam_size, "
         "alpha, extra_length, stop_after_finished and num_hypotheses (n_best's N) apply")

@@ -29,6 +29,7 @@ import threading
 import numpy as np
 
 from t2t_lite.data.vocab import EOS_ID
+from t2t_lite.decoding import strategies
 from t2t_lite.decoding.results import Hypothesis, TargetScore
 from t2t_lite.errors import UserError
 
@@ -106,8 +107,8 @@ class CTranslate2Engine:
     Args:
         folder: the exported model folder.
         tokens: the vocabulary's tokens in id order (vocabulary.tokens), the folder's too.
-        search_hparams: beam_size, alpha (CTranslate2's length_penalty), extra_length,
-            num_hypotheses, sampling_topk and sampling_temperature (search.SearchHParams).
+        search_hparams: SearchHParams: extra_length, num_hypotheses and the strategy's
+            settings, mapped to translate_batch's options by the strategy (`ctranslate2`).
         parallel_batches: batches searched at once (CTranslate2's inter_threads).
         threads: the threads of each (intra_threads; the decoder's intra-op choice).
         alignments: give each Hypothesis its hard alignment (return_attention=True).
@@ -134,8 +135,7 @@ class CTranslate2Engine:
 
     @property
     def sampling(self) -> bool:
-        """Whether the search samples (CTranslate2 samples unless sampling_topk is 1)."""
-        return self.search_hparams.sampling_topk != 1
+        return strategies.samples(self.search_hparams)
 
     def search(self, rows: list, prefixes: list = None, seed: int = None) -> list:
         """Per row its num_hypotheses Hypothesis, best first (results.py's engine.search).
@@ -196,20 +196,15 @@ class CTranslate2Engine:
     def _penalty(self) -> float:
         """CTranslate2's length_penalty: alpha for beam search; 0 for greedy search and
         sampling, whose score is then the log probability, as t2t_lite's own (results.py)."""
-        hp = self.search_hparams
-        return hp.alpha if hp.beam_size > 1 and not self.sampling else 0.0
+        return self._options(0)["length_penalty"]
 
     def _options(self, limit: int) -> dict:
-        """translate_batch's options for search_hparams: beam search, or, when sampling,
-        greedy search's draw from the sampling_topk most probable pieces of logits /
-        sampling_temperature (num_hypotheses draws)."""
+        """translate_batch's options: the strategy's (strategies: `ctranslate2`) and ours."""
         hp = self.search_hparams
         return dict(
-            beam_size=1 if self.sampling else hp.beam_size, length_penalty=self._penalty(),
-            num_hypotheses=hp.num_hypotheses, sampling_topk=hp.sampling_topk,
-            sampling_temperature=hp.sampling_temperature, max_decoding_length=limit,
-            min_decoding_length=0, max_input_length=0, return_scores=True,
-            return_end_token=True, return_attention=self.alignments)
+            strategies.chosen(hp).ctranslate2(hp), num_hypotheses=hp.num_hypotheses,
+            max_decoding_length=limit, min_decoding_length=0, max_input_length=0,
+            return_scores=True, return_end_token=True, return_attention=self.alignments)
 
     def _translate(self, sources: list, target_prefix, limit: int, seed):
         """translate_batch. With sampling and a seed, in a translator of its own: CTranslate2

@@ -33,6 +33,7 @@ from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
 from t2t_lite.decoding.model_engine import ModelEngine
 from t2t_lite.decoding.output_files import (DecodingOutputs, OutputForm, TranslationsFile,
                                             target_score_line)
+from t2t_lite.decoding import strategies
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
@@ -106,17 +107,17 @@ DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
 
 def _hypotheses_asked(values: dict) -> dict:
     """The beam_size, num_hypotheses and return_beams that --decode_hparams' `values` imply:
-    sampling (sampling_topk other than 1, as CTranslate2's) draws one piece a step, so its
-    beam_size is 1 unless given (search.check_search_hparams refuses another); return_beams
-    without num_hypotheses returns the whole beam (t2t's return_beams), and num_hypotheses
-    above 1 writes the n-best lists."""
-    sampling = values.get("sampling_topk", 1) != 1
-    beam_size = values.get("beam_size", 1 if sampling else SearchHParams.beam_size)
+    the strategy's (strategies.chosen: sampling's beam_size is 1 unless given); return_beams
+    without num_hypotheses returns its whole n-best list (t2t's return_beams), and
+    num_hypotheses above 1 writes the n-best lists."""
+    settings = {field.name: field.default for field in dataclasses.fields(SearchHParams)}
+    strategy = strategies.chosen({**settings, **values})
+    settings.update({**strategy.implies, **values})
     return_beams = values.get("return_beams", False) or values.get("num_hypotheses", 1) > 1
-    num_hypotheses = values.get("num_hypotheses", 1 if sampling or not return_beams
-                                else beam_size)
+    num_hypotheses = values.get("num_hypotheses",
+                                strategy.n_best(settings) if return_beams else 1)
     return {"num_hypotheses": num_hypotheses, "return_beams": return_beams,
-            "beam_size": beam_size}
+            "beam_size": settings["beam_size"]}
 
 
 def parse_decode_hparams(overrides: str = "") -> tuple:

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
-from t2t_lite.decoding import alignments, scoring
+from t2t_lite.decoding import alignments, scoring, strategies
 from t2t_lite.decoding.results import Hypothesis, TargetScore
 from t2t_lite.decoding.search import (Hypotheses, SearchHParams, length_penalty, search,
                                       search_hypotheses)
@@ -56,7 +56,7 @@ class ModelEngine:
         self.search_hparams = search_hparams or SearchHParams()
         self.jit_compile, self.batch_size = jit_compile, batch_size
         self.alignment_layer = alignment_layer
-        self.sampling = self.search_hparams.sampling_topk != 1
+        self.sampling = strategies.samples(self.search_hparams)
         # Every function made here, not at a first batch: batches searched at once from
         # several threads share each one, traced once.
         self._searches = {prefixed: self._search_function(prefixed)

@@ -19,7 +19,7 @@ def target_log_likelihoods(model, inputs, targets):
 
     Args:
         model: a Transformer (models.transformer), in any compute dtype: the log-softmax is
-            taken in float32 (as search._float32 does), bfloat16 models included.
+            taken in float32 (as the search's is), bfloat16 models included.
         inputs: int32 [B, S], source ids ending with EOS, 0-padded.
         targets: int32 [B, T], target ids ending with EOS, then 0-padded.
 

@@ -63,6 +63,20 @@ class FixedLengthCache(NamedTuple):
         return cache, ops.cast(later, "float32")[None, None, None, :] * NEG_INF
 
 
+class SlicedCache(NamedTuple):
+    """A FixedLengthCache whose room may change between steps (without XLA): `add` writes the
+    position by slicing around it, no masked select over the whole room, and returns `bias`,
+    the step's [1, 1, 1, room] mask of the later positions, made once for every layer."""
+    key: Any
+    value: Any
+    bias: Any
+
+    def add(self, key, value, position):
+        def written(cache, new):
+            return ops.concatenate([cache[:, :, :position], new, cache[:, :, position + 1:]], 2)
+        return FixedLengthCache(written(self.key, key), written(self.value, value)), self.bias
+
+
 class MemoryCache(NamedTuple):
     """The keys and values of a memory (the encoder output), [sentences, heads, keys,
     depth / heads] each, projected once per sentence (t2t's cached k/v_encdec:

@@ -15,7 +15,8 @@ from keras import ops
 
 from t2t_lite.data.vocab import PAD_ID
 from t2t_lite.hparams_lib import HParams
-from t2t_lite.layers.attention import MultiHeadAttention, causal_bias, padding_bias
+from t2t_lite.layers.attention import (NEG_INF, FixedLengthCache, MemoryCache, MultiHeadAttention,
+                                       SlicedCache, causal_bias, padding_bias)
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import make_embeddings
 from t2t_lite.layers.feed_forward import FeedForward
@@ -220,6 +221,37 @@ class DecodingCache(NamedTuple):
     encoder_decoder_bias: Any
 
 
+class DecodingSteps:
+    """The Transformer as a search calls it (t2t's symbols_to_logits_fn): `initial_state` runs
+    the encoder once, `__call__(ids, position, state) -> (logits, state)` one decoder step; the
+    state is the DecodingCache. `time_axes`: the self-attention keys and values have a row per
+    decoded sequence and grow along axis 2; the rest has a row per sentence.
+
+    fixed_shapes: the room never changes (XLA), each step writing its position with a mask
+    (FixedLengthCache); else by slicing, the mask of the later positions made once a step."""
+
+    def __init__(self, model, fixed_shapes):
+        self.model, self.fixed_shapes = model, fixed_shapes
+        self.vocab_size = model.vocab_size
+
+    def initial_state(self, inputs, room):
+        """The DecodingCache of source ids [B, S], with room for `room` positions."""
+        encoder_output, inputs_padding = self.model.encode(inputs, training=False)
+        return self.model.initial_cache(encoder_output, inputs_padding, room)
+
+    def time_axes(self, state):
+        return DecodingCache([FixedLengthCache(2, 2) for _ in state.self_attention],
+                             [MemoryCache(None, None) for _ in state.memory], None)
+
+    def __call__(self, ids, position, state):
+        if not self.fixed_shapes:
+            later = ops.arange(ops.shape(state.self_attention[0].key)[2]) > position
+            bias = ops.where(later, NEG_INF, 0.0)[None, None, None, :]
+            state = state._replace(self_attention=[SlicedCache(*layer, bias)
+                                                   for layer in state.self_attention])
+        return self.model.decode_step(ids, position, state)
+
+
 def _layer_arguments(hparams):
     """The arguments of EncoderLayer and DecoderLayer that hparams set."""
     return dict(filter_size=hparams.filter_size, num_heads=hparams.num_heads,
@@ -332,6 +364,10 @@ class Transformer(keras.Model):
         x = self.decoder_final(x, training=False)
         return (self.softmax_embedding(x, reverse=True),
                 cache._replace(self_attention=self_attention))
+
+    def decoding_steps(self, fixed_shapes=False):
+        """The model as a search calls it: DecodingSteps."""
+        return DecodingSteps(self, fixed_shapes)
 
     def attention_weights(self, features):
         """The attention weights of every layer (inference mode), for pictures:

@@ -1,61 +1,28 @@
-"""A trained model as a SavedModel that translates text: strings in, strings and scores out.
-
-tensor2tensor's `t2t-exporter` saved the Estimator's predict graph behind
-`Problem.serving_input_fn`, whose input was serialized tf.Examples of token ids: a client had
-to run the vocabulary in Python before and after every request. Here the graph holds all of it:
+"""A trained model as a SavedModel that translates text: strings in, strings and scores out
+(docs/serving.md). Unlike t2t-exporter's graph, whose input was serialized tf.Examples of
+ids, the graph holds the vocabulary too:
 
     inputs: string [batch]
       -> which rows are searched: not blank, and accepted by vocabulary.encodable_in_graph
       -> vocabulary.encode_in_graph of those rows (tensorflow-text's SentencePiece op, or the
          symbol split)
       -> truncate to problem.max_length tokens, EOS last, pad with 0
-      -> decoding.search.search (the decoder's beam or greedy search, same SearchHParams)
+      -> decoding.search.search (the decoder's search, same SearchHParams)
       -> vocabulary.decode_in_graph (cut at EOS, drop PAD, detokenize)
       -> every row back in its place
     outputs: {"outputs": string [batch], "scores": float32 [batch]}
 
-The "score" signature scores given translations (OpenNMT-tf's `onmt-main score`, fairseq's
---score-reference) with decoding.scoring.target_log_likelihoods, nothing searched:
+"score" scores given translations (decoding.scoring), nothing searched: inputs and targets
+string [batch] -> {"log_likelihood": float32 [batch], "pieces": int32 [batch]}, FAILED_SCORE
+and 0 for a pair with a side blank or not encodable. "n_best" (t2t's return_beams) returns the
+N best of each input, best first (N: num_hypotheses, by default the strategy's whole list):
+{"outputs": string [batch, N], "scores": float32 [batch, N] (the search's), "log_probs":
+float32 [batch, N] (raw: what "score" gives the same pair)}.
 
-    inputs: string [batch], targets: string [batch]
-      -> which pairs are scored: neither side blank, each accepted by its vocabulary
-      -> both sides tokenized as `serve` tokenizes its inputs (source_ids; the targets with the
-         targets vocabulary), cut to problem.max_length tokens, EOS last
-      -> the teacher-forced log-likelihood over the target's pieces and EOS
-    outputs: {"log_likelihood": float32 [batch], "pieces": int32 [batch]}
-
-A pair that is not scored gets log_likelihood FAILED_SCORE and pieces 0, and the others are
-scored.
-
-The "n_best" signature (t2t's return_beams, the decoder's n-best lists) returns the N best of
-each input, best first, N the exporter's num_hypotheses (default: beam_size):
-
-    inputs: string [batch]
-    outputs: {"outputs": string [batch, N], "scores": float32 [batch, N] (the search's),
-              "log_probs": float32 [batch, N] (raw: what "score" gives the same pair)}
-
-No sentence fails the others, as in the decoder (decoding.decoder.Translator): a blank sentence
-and one the vocabulary cannot encode (a symbol out of range, a word in a symbol problem) are not
-searched; their output is "" and their score FAILED_SCORE = -inf (the decoder's None; TensorFlow
-Serving's REST API writes it as -Infinity, which Python's json module reads). A sentence
-longer than max_length tokens (EOS included) is cut to that length, as the decoder cuts it.
-
-A request is translated as one batch (t2t's serving input also batched whatever the client
-sent); the decoder's TranslatorHParams (batch_size, jit_compile) do not apply.
-
-XLA: by default the search is not XLA-compiled in the SavedModel, because TensorFlow Serving
-runs XLA on CPU only when started with --xla_cpu_compilation_enabled=true, and without XLA the
-search is faster on a CPU (benchmarks/decode_speed.py --compare). The exporter's `jit_compile`
-stands for the decoder's TranslatorHParams.jit_compile (its XLA switch): `jit_compile=True`
-compiles the search, with fixed shapes (not the string ops, which XLA cannot compile), for
-servers that have XLA. Single ops of the tf2xla family ("Xla*", e.g. the XlaDynamicUpdateSlice
-that Keras' `ops.slice_update` becomes) also need XLA to run; the search avoids them (its
-caches grow by concatenation, or with XLA are written with masks), and `ops_needing_xla` lists
-any that appear, with a warning at export.
-
-Loading a SavedModel of a SentencePiece problem needs tensorflow-text's ops registered:
-`import tensorflow_text` in Python; TensorFlow Serving's model server links a (pinned) version
-of them. The symbol vocabulary of the algorithmic problems uses core string ops only.
+As in the decoder, a blank sentence or one the vocabulary cannot encode is not searched ("" and
+FAILED_SCORE = -inf), and one longer than max_length tokens is cut. A request is one batch.
+`jit_compile` compiles the search with XLA for servers that have it (not the string ops);
+without it no op of the tf2xla family may run (`ops_needing_xla` warns of any).
 """
 import dataclasses
 import json
@@ -66,6 +33,7 @@ from absl import logging
 from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
+from t2t_lite.decoding import strategies
 from t2t_lite.decoding.scoring import target_log_likelihoods
 from t2t_lite.decoding.search import Hypotheses, SearchHParams, search, search_hypotheses
 from t2t_lite.errors import UserError
@@ -127,10 +95,11 @@ def score_function(model, encoders: dict, max_length: int):
 
 def n_best_hparams(search_hparams: SearchHParams) -> SearchHParams:
     """The n_best signature's search: num_hypotheses when the exporter's --decode_hparams ask
-    for more than 1, else the whole beam (t2t's return_beams)."""
+    for more than 1, else the strategy's whole list (t2t's return_beams: the beam)."""
     hp = search_hparams
+    whole = strategies.chosen(hp).n_best(dataclasses.asdict(hp))
     return dataclasses.replace(hp, num_hypotheses=hp.num_hypotheses if hp.num_hypotheses > 1
-                               else hp.beam_size)
+                               else whole)
 
 
 def n_best_function(model, encoders: dict, search_hparams: SearchHParams, max_length: int,

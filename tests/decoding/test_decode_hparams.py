@@ -26,7 +26,7 @@ def test_an_unknown_name_names_the_flag_and_lists_the_names_of_both():
                                            r"alpha, batch_size, beam_size, extra_length, "
                                            r"jit_compile, num_hypotheses, parallel_batches, "
                                            r"return_beams, sampling_temperature, "
-                                           r"sampling_topk, stop_after_finished, "
+                                           r"sampling_topk, sampling_topp, stop_after_finished, "
                                            r"write_beam_scores$"):
         parse_decode_hparams("beam_sise=2")
 
@@ -63,6 +63,8 @@ def test_n_best_and_sampling_settings():
     assert (search.beam_size, search.num_hypotheses, translator.return_beams) == (4, 3, True)
     search, translator = parse_decode_hparams("sampling_topk=10,num_hypotheses=6")
     assert (search.beam_size, search.num_hypotheses, search.sampling_topk) == (1, 6, 10)
+    search, _ = parse_decode_hparams("sampling_topk=0,sampling_topp=0.9")
+    assert (search.beam_size, search.sampling_topk, search.sampling_topp) == (1, 0, 0.9)
     assert parse_decode_hparams("return_beams=false")[0].num_hypotheses == 1
 
 

@@ -12,9 +12,8 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import search
-from t2t_lite.layers.attention import FixedLengthCache, MemoryCache, padding_bias
+from t2t_lite.layers.attention import FixedLengthCache, MemoryCache
 from t2t_lite.models.building import build_model
-from t2t_lite.models.transformer import DecodingCache
 
 VOCAB_SIZE = 20
 
@@ -195,22 +194,23 @@ def test_length_penalty_is_t2t_s():
 
 
 class StandInModel:
-    """What the search calls of a model (encode, initial_cache, decode_step) for stand-ins whose
-    logits at a position depend on the position, the token there and the sentence's encoder
-    output only (`logits`): their self-attention caches hold nothing (depth 0)."""
+    """A model as the search calls it (keras-hub's beam test's stand-in): its state is each
+    sentence's encoder output (a row per sentence, shared by its beams), and its logits at a
+    position depend on the position, the token there and that output only (`logits`)."""
 
-    def initial_cache(self, encoder_output, inputs_padding, room):
-        nothing = tf.zeros([tf.shape(encoder_output)[0], 1, room, 0])
-        return DecodingCache([FixedLengthCache(nothing, nothing)], [encoder_output],
-                             padding_bias(inputs_padding))
+    def decoding_steps(self, fixed_shapes):
+        return self
 
-    def decode_step(self, ids, position, cache):
-        (memory,) = cache.memory  # a row per sentence, its rows (beams) consecutive
-        rows, sentences = tf.shape(ids)[0], tf.shape(memory)[0]
+    def initial_state(self, inputs, room):
+        return {"memory": self.encode(inputs)[0]}
+
+    def time_axes(self, state):
+        return {"memory": None}
+
+    def __call__(self, ids, position, state):
+        rows, sentences = tf.shape(ids)[0], tf.shape(state["memory"])[0]
         sentence_of_row = tf.range(rows) * sentences // tf.maximum(rows, 1)
-        logits = self.logits(position, ids, tf.gather(memory, sentence_of_row))
-        return logits, cache._replace(
-            self_attention=[FixedLengthCache(*layer) for layer in cache.self_attention])
+        return self.logits(position, ids, tf.gather(state["memory"], sentence_of_row)), state
 
 
 class TinyVocabularyModel(StandInModel):
@@ -268,19 +268,26 @@ def test_a_wide_beam_finds_the_best_scored_sequence(seed):
 
 
 class RowCountingModel:
-    """The model, recording how many rows each decoding step runs on (one decode_step call a
-    step when the search runs eagerly, as tf.while_loop then runs its body in Python)."""
+    """The model, recording how many rows each decoding step runs on (one step call a step
+    when the search runs eagerly, as tf.while_loop then runs its body in Python)."""
+    model_steps = None
 
     def __init__(self, model):
         self.model, self.rows_per_step = model, []
-        self.vocab_size = model.vocab_size
 
-    def __getattr__(self, name):
-        return getattr(self.model, name)
+    def decoding_steps(self, fixed_shapes):
+        self.model_steps = self.model.decoding_steps(fixed_shapes)
+        return self
 
-    def decode_step(self, ids, position, cache):
+    def __getattr__(self, name):  # the model's steps' vocab_size, initial_state, time_axes
+        return getattr(self.model_steps, name)
+
+    def __call__(self, ids, position, state):
+        self.record(ids, position, state)
+        return self.model_steps(ids, position, state)
+
+    def record(self, ids, position, state):
         self.rows_per_step.append(int(ids.shape[0]))
-        return self.model.decode_step(ids, position, cache)
 
 
 def search_counting_rows(model, inputs, beam_size):
@@ -404,10 +411,9 @@ class ShapeRecordingModel(RowCountingModel):
         super().__init__(model)
         self.steps = []
 
-    def decode_step(self, ids, position, cache):
-        self.steps.append((int(position), int(cache.self_attention[0].key.shape[2]),
-                           int(cache.encoder_decoder_bias.shape[-1])))
-        return self.model.decode_step(ids, position, cache)
+    def record(self, ids, position, state):
+        self.steps.append((int(position), int(state.self_attention[0].key.shape[2]),
+                           int(state.encoder_decoder_bias.shape[-1])))
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])

@@ -1,13 +1,15 @@
-"""The search's strategies over its one loop (decoding/search.py): n-best lists (t2t's
-return_beams), target prefixes on every strategy, and sampling (CTranslate2's sampling_topk
-and sampling_temperature), against the model's teacher-forced log probabilities, an exhaustive
-enumeration and the sampled distribution."""
+"""The search's strategies over its one loop (decoding/loop.py, strategies/): n-best lists
+(t2t's return_beams), target prefixes on every strategy, and sampling (CTranslate2's
+sampling_topk, sampling_temperature and sampling_topp), against the model's teacher-forced log
+probabilities, an exhaustive enumeration and the sampled distribution."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
-from t2t_lite.decoding import search
+from t2t_lite.decoding import search, strategies
 from t2t_lite.errors import UserError
 from test_search import (TinyVocabularyModel, every_finished_sequence, inputs,  # noqa: F401
                          model)  # (inputs and model: fixtures)
@@ -240,16 +242,24 @@ def test_top_k_samples_among_the_k_most_probable():
 CHI_SQUARE_3_AT_0_999 = 16.266
 
 
-def first_piece_chi_square(temperature, probabilities, samples=2000):
+# The same quantile with 1 and 2 degrees of freedom (top-p keeping 2 or 3 of the 4 tokens).
+CHI_SQUARE_1_AT_0_999, CHI_SQUARE_2_AT_0_999 = 10.828, 13.816
+
+
+def first_piece_chi_square(temperature, probabilities, samples=2000, **settings):
     """Pearson's chi-square of the first pieces of `samples` samples of TinyVocabularyModel(0)
-    at `temperature` against `probabilities` [5] (PAD's 0: no sample may be PAD)."""
+    at `temperature` (and `settings`) against `probabilities` [5]: no sample may be a piece of
+    probability 0 (PAD's; those top-p leaves out), whose counts the statistic then leaves out."""
     model = TinyVocabularyModel(0, positions=1 + EXTRA)
-    found = sample(model, np.array([[EOS_ID]], np.int32), [11, 12], sampling_topk=0,
-                   sampling_temperature=temperature, num_hypotheses=samples)
+    found = sample(model, np.array([[EOS_ID]], np.int32), [11, 12],
+                   **{"sampling_topk": 0, **settings}, sampling_temperature=temperature,
+                   num_hypotheses=samples)
     counts = np.bincount(found.ids[0, :, 0], minlength=5)
     assert counts[PAD_ID] == 0
+    possible = np.asarray(probabilities) > 0
+    assert not counts[~possible].any()
     expected = samples * np.asarray(probabilities)
-    counts, expected = np.delete(counts, PAD_ID), np.delete(expected, PAD_ID)
+    counts, expected = counts[possible], expected[possible]
     assert expected.min() >= 5  # the statistic's approximation holds
     return float(((counts - expected) ** 2 / expected).sum())
 
@@ -272,7 +282,47 @@ def test_first_pieces_follow_the_softmax():
     assert first_piece_chi_square(2.0, softmax_without_pad(logits)) > CHI_SQUARE_3_AT_0_999
 
 
+def nucleus(probabilities, p):
+    """Top-p written out: the fewest most probable pieces whose probability reaches p, their
+    probabilities renormalised, the others' 0."""
+    kept, total = np.zeros(len(probabilities)), 0.0
+    for piece in np.argsort(-np.asarray(probabilities), kind="stable"):
+        if total >= p:
+            break
+        kept[piece], total = probabilities[piece], total + probabilities[piece]
+    return kept / kept.sum()
+
+
+def test_first_pieces_follow_the_renormalised_nucleus():
+    """sampling_topp (nucleus sampling, CTranslate2's): 2,000 first pieces fit the fewest most
+    probable pieces whose probability reaches p, renormalised (chi-square below its 0.999
+    quantile), none of the others drawn; with sampling_topk and a temperature in CTranslate2's
+    order: the k most probable, their logits / T, then the nucleus of that. By hand, the toy
+    model's first-piece probabilities are about 0.606, 0.208, 0.129 and 0.058 (pieces 2, 3, 1,
+    4): p = 0.9 keeps three (0.813 < 0.9 before the third); over the 3 best at T = 2 they are
+    about 0.489, 0.285 and 0.226, and p = 0.7 keeps two."""
+    logits = TinyVocabularyModel(0, positions=1 + EXTRA).table[0, 0].numpy().astype(float)
+    whole = nucleus(softmax_without_pad(logits), 0.9)
+    assert np.flatnonzero(whole).tolist() == [1, 2, 3]
+    assert first_piece_chi_square(1.0, whole, sampling_topp=0.9) < CHI_SQUARE_2_AT_0_999
+    best_three = np.where(np.isin(np.arange(5), [1, 2, 3]), logits, -np.inf)
+    tempered = nucleus(softmax_without_pad(best_three / 2), 0.7)
+    assert np.flatnonzero(tempered).tolist() == [2, 3]
+    assert first_piece_chi_square(2.0, tempered, sampling_topk=3,
+                                  sampling_topp=0.7) < CHI_SQUARE_1_AT_0_999
+
+
+def test_a_tiny_nucleus_is_greedy(model, inputs):
+    """sampling_topp 1e-6 keeps the most probable piece alone: greedy's output."""
+    tiny = sample(model, inputs, [4, 5], sampling_topk=0, sampling_topp=1e-6)
+    greedy = searcher(model, hparams(beam_size=1))(inputs)
+    np.testing.assert_array_equal(tiny.ids, greedy.ids)
+
+
 @pytest.mark.parametrize("overrides, named", [
+    (dict(beam_size=1, sampling_topk=0, sampling_topp=0.0), "sampling_topp=0.0"),
+    (dict(beam_size=1, sampling_topk=0, sampling_topp=1.5), "sampling_topp=1.5"),
+    (dict(beam_size=1, sampling_topp=0.9), "sampling_topp=0.9 samples with a sampling_topk"),
     (dict(beam_size=4, num_hypotheses=5), "num_hypotheses=5"),
     (dict(beam_size=4, sampling_topk=0), "sampling_topk=0"),
     (dict(beam_size=1, sampling_topk=-1), "sampling_topk=-1"),
@@ -290,3 +340,16 @@ def test_settings_that_cannot_go_together_are_refused(overrides, named):
 def test_sampling_without_a_seed_is_refused(model, inputs):
     with pytest.raises(ValueError, match="seed"):
         search.search_hypotheses(model, inputs, hparams(beam_size=1, sampling_topk=0))
+
+
+@pytest.mark.parametrize("overrides, name", [
+    (dict(), "beam"), (dict(beam_size=1), "greedy"),
+    (dict(beam_size=1, sampling_topk=0), "sampling"),
+    (dict(beam_size=1, sampling_topk=5, sampling_topp=0.9), "sampling")])
+def test_the_settings_choose_a_registered_strategy_of_settings_that_exist(overrides, name):
+    """strategies.STRATEGIES: each strategy's settings are SearchHParams fields, and the
+    settings choose one by name; sampling alone draws (needs a seed)."""
+    fields = {field.name for field in dataclasses.fields(search.SearchHParams)}
+    assert all(set(strategy.settings) <= fields for strategy in strategies.STRATEGIES.values())
+    assert strategies.chosen(hparams(**overrides)).name == name
+    assert strategies.samples(hparams(**overrides)) == (name == "sampling")

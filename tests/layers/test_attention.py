@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.layers.attention import (FixedLengthCache, MemoryCache, MultiHeadAttention,
-                                       causal_bias, padding_bias)
+                                       SlicedCache, causal_bias, padding_bias)
 
 RNG = np.random.default_rng(0)
 
@@ -191,3 +191,15 @@ def test_a_fixed_length_cache_writes_one_position_and_hides_the_later_ones():
     np.testing.assert_array_equal(np.asarray(cache.key)[0, 0, :, 0], [0, 1, 0])
     np.testing.assert_array_equal(np.asarray(cache.value)[0, 0, :, 0], [0, 2, 0])
     np.testing.assert_array_equal(np.asarray(bias)[0, 0, 0], [0, 0, -1e9])
+
+
+def test_a_sliced_cache_writes_what_a_fixed_length_cache_writes():
+    """SlicedCache (a room that may grow, without XLA) writes the position by slicing around
+    it: the keys and values of FixedLengthCache's masked write, and the bias it is given."""
+    key, value, new_key, new_value = _random(2, 3, 5, 4), _random(2, 3, 5, 4), \
+        _random(2, 3, 1, 4), _random(2, 3, 1, 4)
+    fixed, bias = FixedLengthCache(key, value).add(new_key, new_value, 2)
+    sliced, given = SlicedCache(key, value, bias).add(new_key, new_value, 2)
+    assert isinstance(sliced, FixedLengthCache) and given is bias
+    np.testing.assert_array_equal(np.asarray(sliced.key), np.asarray(fixed.key))
+    np.testing.assert_array_equal(np.asarray(sliced.value), np.asarray(fixed.value))

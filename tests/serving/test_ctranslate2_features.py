@@ -16,7 +16,7 @@ from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.serving import ctranslate2_export
 
-from test_ctranslate2_export import TINY, random_model
+from test_ctranslate2_export import TINY, program, random_model
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -206,3 +206,22 @@ def test_sampling_draws_num_hypotheses_samples(copy_rows):
     sampled = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(
         beam_size=1, num_hypotheses=5, sampling_topk=0))
     assert len(sampled.search([[3, 4, EOS_ID]], seed=0)[0]) == 5
+
+
+def test_a_tiny_nucleus_is_greedy_search_and_the_decoder_takes_it(exported_copy_model,
+                                                                 copy_rows, tmp_path):
+    """sampling_topp maps to CTranslate2's: 1e-6 keeps the most probable piece alone, so the
+    samples are greedy search's; t2t_lite-decoder --ctranslate2_model takes it."""
+    folder, vocabulary, rows = copy_rows
+    nucleus = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(
+        beam_size=1, sampling_topk=0, sampling_topp=1e-6))
+    greedy = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(beam_size=1))
+    assert nucleus._options(10)["sampling_topp"] == 1e-6
+    assert [[h.ids for h in row] for row in searched(nucleus, rows[:25], seed=3)] == \
+        [[h.ids for h in row] for row in searched(greedy, rows[:25])]
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("3 7 1\n2 2 9 4\n")
+    program("decoder", f"--data_dir={exported_copy_model[0]}", f"--ctranslate2_model={folder}",
+            f"--decode_from_file={source}",
+            f"--decode_to_file={output}", "--decode_hparams=sampling_topk=0,sampling_topp=0.9")
+    assert len(output.read_text().splitlines()) == 2
