@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import os
 import sys
+import threading
 
 import sacrebleu
 import tensorflow as tf
@@ -291,26 +292,27 @@ class Translator:
             return indices, run_batch([items[i] for i in indices], number)
 
         def run_in_order(pool):
-            """`run` of each batch, in order, in the pool's threads. A batch not done while a
-            thread of the pool has ended is a MemoryError: a thread whose start fails inside
-            it for want of memory ("Exception ignored in thread started by") ends without the
-            result of the batch it took, which would be waited for for ever."""
+            """`run` of each batch, in order, in the pool's threads. A batch not done while
+            none of the pool's threads lives (they end only when it shuts down) is a
+            MemoryError: a thread whose start fails for want of memory ("Exception ignored in
+            thread started by") ends, and its batches would be waited for for ever."""
             futures = [pool.submit(run, numbered) for numbered in enumerate(batches)]
             for future in futures:
                 while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
-                    # The pool's own set of its threads, which end only when it shuts down.
-                    ended = [thread for thread in pool._threads if not thread.is_alive()]
-                    if ended:
+                    if not any(thread.name.startswith(prefix)
+                               for thread in threading.enumerate()):
                         raise MemoryError(
-                            f"{len(ended)} of the {threads} threads that search batches at "
+                            f"{threads} of the {threads} threads that search batches at "
                             f"once ended before their batch was searched (a thread that "
                             f"cannot get the memory it starts with ends so)")
                 yield future.result()
 
         threads = min(self.parallel_batches, max(len(batches), 1))
+        prefix = f"search-batches-{id(results)}_"  # the pool's threads' names
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
         # scope, and starts no pool.
-        pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
+        pool = concurrent.futures.ThreadPoolExecutor(threads, prefix[:-1]) \
+            if threads > 1 else None
         try:
             with progress_bar(what, total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
