@@ -60,7 +60,10 @@ def export(folder: str, export_dir: str, format: str = "saved_model", checkpoint
     whole or not at all: a SavedModel ("saved_model", searching with `decode_settings`, XLA if
     `jit_compile`) or a CTranslate2 folder ("ctranslate2"). Returns the checkpoint."""
     from t2t_lite.decoding import trained_model
+    from t2t_lite.errors import FlagError
     from t2t_lite.serving import export_run
+    if format == "ctranslate2" and (decode_settings or jit_compile):
+        raise FlagError("decode settings and jit_compile apply to format='saved_model' only")
     search_hparams, _ = trained_model.decode_hparams(decode_settings)
     return export_run(trained_model.open_run(folder, data_dir, hparams=hparams), export_dir,
                       format, checkpoint, quantization, search_hparams, jit_compile, overwrite)

@@ -4,9 +4,8 @@
 def export_run(run, export_dir: str, format: str = "saved_model", checkpoint_path: str = None,
                quantization: str = "int8", search_hparams=None, jit_compile: bool = False,
                overwrite: bool = False) -> str:
-    """Exports the TrainedRun `run` as `format` (export.export or
-    ctranslate2_export.export_ctranslate2) into export_dir, locked and written whole; returns
-    the checkpoint exported."""
+    """Exports the TrainedRun `run` as `format` into export_dir, locked and written whole (by
+    export.export or ctranslate2_export.export_ctranslate2); returns the checkpoint."""
     from t2t_lite.serving import ctranslate2_export, export
     from t2t_lite.errors import FlagError
     from t2t_lite.storage import outputs
