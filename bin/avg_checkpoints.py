@@ -9,7 +9,6 @@ The paper averaged the last 5 checkpoints of the base models and the last 20 of 
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
-from t2t_lite.errors import FlagError
 
 # The rest of the library is imported in the functions below: it loads TensorFlow, which
 # common.start loads first, quietly.
@@ -29,23 +28,11 @@ def define_flags():
 
 
 def main(argv):
-    from t2t_lite.storage import output_paths, outputs
-    from t2t_lite.training import averaging
+    import t2t_lite
     common.check_inputs_reachable("output_dir")
-    if FLAGS.checkpoints is not None and FLAGS["num_last"].present:
-        raise FlagError("--checkpoints and --num_last both choose the checkpoints to "
-                        "average: give one of them")
-    paths = (averaging.listed_checkpoints(FLAGS.checkpoints) if FLAGS.checkpoints is not None
-             else averaging.last_checkpoints(FLAGS.output_dir, FLAGS.num_last))
-    averaging.check_one_run(paths)  # before anything is written
-    if FLAGS.checkpoints is not None:
-        averaging.check_of_output_run(paths, FLAGS.output_dir)
-    # The average replaces the one in --out as a unit: the lock is in the folder that holds it.
-    output = outputs.Output.folder(FLAGS.out, "out",
-                                   lock_folder=output_paths.parent_folder(FLAGS.out))
-    with outputs.opened(output):
-        averaging.check_out(FLAGS.out)
-        prefix = averaging.average(FLAGS.output_dir, paths, FLAGS.out)
+    prefix, paths = t2t_lite.average_checkpoints(
+        FLAGS.output_dir, FLAGS.out, FLAGS.num_last if FLAGS["num_last"].present else None,
+        FLAGS.checkpoints)
     print(f"averaged {len(paths)} checkpoint{'s' if len(paths) != 1 else ''}:")
     for path in paths:
         print(f"  {path}")

@@ -1,6 +1,6 @@
 """What every t2t_lite program shares: its start (a quiet TensorFlow), the run flags, and
 errors that end the program with one clear line instead of a traceback. The address-space
-limit and memory that runs out are `memory_limits`'; a trained model's record, `trained_run`'s.
+limit and memory that runs out are `memory_limits`'.
 
 Importing this module, or a program's, changes nothing in the process: no environment
 variable, no file descriptor, no TensorFlow. A program's `run()` calls `start`, which does it
@@ -14,7 +14,7 @@ import sys
 from absl import app, flags, logging
 
 from t2t_lite import registry
-from t2t_lite.bin import memory_limits, trained_run
+from t2t_lite.bin import memory_limits
 from t2t_lite.errors import FlagError, UserError
 
 FLAGS = flags.FLAGS
@@ -131,11 +131,9 @@ def overridden(hparams, overrides: str):
 
 
 def check_inputs_reachable(*names: str):
-    """For each of these flags that is given (a file or folder the program reads), a
-    StorageError "--name=path: cannot reach ..." when its storage cannot be reached (a gs://
-    bucket without network, a scheme TensorFlow has no file system for:
-    output_paths.check_reachable), before any work; else TensorFlow's error came out as a
-    traceback from wherever the path was first read."""
+    """For each of these flags that is given (a path the program reads), a StorageError
+    "--name=path: cannot reach ..." before any work when its storage cannot be reached (a
+    gs:// bucket without network, a scheme TensorFlow has no file system for)."""
     from t2t_lite.storage import output_paths
     for name in names:
         path = FLAGS[name].value
@@ -144,42 +142,13 @@ def check_inputs_reachable(*names: str):
 
 
 def trained_run_from_flags(run_dir: str = None):
-    """(problem name, model name, hparams) of the model in --output_dir (or `run_dir`, a
-    folder with the hparams.json of an exported model): from the hparams.json the trainer
-    wrote there, where --problem and --model may only repeat the record
-    (`trained_run.recorded_names`) and --hparams_set and --hparams change only what inference
-    may (`trained_run.inference_hparams`); from the flags alone when there is none
-    (t2t-decoder took them from the flags only)."""
-    run_dir = run_dir or FLAGS.output_dir
-    run, path = trained_run.recorded_run(run_dir)
-    recorded = run.get("hparams")
-    if recorded is None:
-        return _unrecorded_run_from_flags()
-    model_given = FLAGS.model if FLAGS["model"].present else None
-    problem, model = trained_run.recorded_names(run, path, FLAGS.problem, model_given)
-    if FLAGS.hparams_set:
-        requested = hparams_from_flags()
-    else:  # e.g. mixed_precision=bfloat16: a float32 model decoded in bfloat16
-        requested = overridden(recorded, FLAGS.hparams)
-    hparams = trained_run.inference_hparams(recorded, requested, path, _hparams_flags_given())
-    return problem, model, hparams
-
-
-def _unrecorded_run_from_flags():
-    """(problem name, model name, hparams) of the flags alone, for a folder without an
-    hparams.json; a FlagError when --problem or --hparams_set is missing."""
-    if not FLAGS.problem:
-        raise FlagError("--problem is required (no hparams.json in --output_dir)")
-    if not FLAGS.hparams_set:
-        raise FlagError("--hparams_set is required (no hparams.json in --output_dir)")
-    return FLAGS.problem, FLAGS.model, hparams_from_flags()
-
-
-def _hparams_flags_given() -> str:
-    """How the hparams flags given read on the command line, for messages."""
-    given = [f"--{name}={FLAGS[name].value}" for name in ("hparams_set", "hparams")
-             if FLAGS[name].value]
-    return " ".join(given)
+    """The TrainedRun (decoding.trained_model.open_run) of --output_dir (or `run_dir`, an
+    exported model's folder) with --data_dir, --problem, --model (when given), --hparams_set
+    and --hparams."""
+    from t2t_lite.decoding.trained_model import open_run
+    return open_run(run_dir or FLAGS.output_dir, FLAGS.data_dir, FLAGS.problem,
+                    FLAGS.model if FLAGS["model"].present else None, FLAGS.hparams_set,
+                    FLAGS.hparams)
 
 
 def refuse_decode_hparams(names, reason: str):
@@ -205,10 +174,8 @@ def exit_with_error(message: str):
 
 
 def parse_flags(argv):
-    """absl's flag parsing for app.run, with its mistakes (a value out of bounds, an unknown
-    flag, a bad number, a missing required flag) ending the program as a UserError does,
-    instead of absl's "FATAL Flags parsing error" and status 1. --help, --helpfull and
-    --helpxml print and exit; absl's status 1 for them becomes 0."""
+    """absl's flag parsing for app.run, its mistakes (an unknown flag, a bad value, a missing
+    required flag) ending the program as a UserError does; --help and its kin exit 0."""
     try:
         return FLAGS(argv)
     except flags.Error as error:
@@ -219,10 +186,8 @@ def parse_flags(argv):
 
 
 def run_main(main):
-    """absl's app.run, with errors the user can fix (t2t_lite.errors.UserError, flag errors:
-    parse_flags, and memory that runs out: memory_limits.memory_errors_reported) reported as
-    one `error: ...` line and exit status 2; any other exception is a bug and keeps its
-    traceback."""
+    """absl's app.run, errors the user can fix (UserError, flag errors, memory that runs out)
+    reported as one `error: ...` line and exit status 2; any other keeps its traceback."""
     def guarded(argv):
         logging.set_verbosity(logging.INFO)
         logging.use_absl_handler()

@@ -88,25 +88,25 @@ def train_weights(value: str) -> list:
 
 
 def main(argv):
+    import t2t_lite
     # --data_dir: by its lock's check
     common.check_inputs_reachable("tmp_dir", "vocab_from", *FILE_FLAGS)
     if FLAGS.vocab_from is not None and FLAGS.approx_vocab_size is not None:
         raise common.FlagError("--approx_vocab_size sizes a vocabulary trained here, and "
                                "--vocab_from takes one as it is: pass one or the other")
-    problem = registry.problem(FLAGS.problem)
     given = [name for name in FILE_PROBLEM_FLAGS if FLAGS[name].value is not None]
-    if not hasattr(problem, "configure"):
-        if given:
+    files = {}
+    if given:
+        if not hasattr(registry.problem(FLAGS.problem), "configure"):
             raise common.FlagError(f"--{given[0]} is only for problems read from your own "
                                    f"files (translate_text_files), not for {FLAGS.problem}")
-    elif given:
         train, dev, test = (file_pair(split) for split in SPLITS_WITH_FILES)
-        problem.configure(train and train_corpora(*train), dev, test,
-                          train_weights=train_weights(FLAGS.train_weights),
-                          source_language=FLAGS.source_language,
-                          target_language=FLAGS.target_language,
-                          vocab_size=FLAGS.approx_vocab_size)
-    problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, vocab_from=FLAGS.vocab_from)
+        files = dict(train=train and train_corpora(*train), dev=dev, test=test,
+                     train_weights=train_weights(FLAGS.train_weights),
+                     source_language=FLAGS.source_language,
+                     target_language=FLAGS.target_language, vocab_size=FLAGS.approx_vocab_size)
+    t2t_lite.generate_data(FLAGS.problem, FLAGS.data_dir, FLAGS.tmp_dir, FLAGS.vocab_from,
+                           **files)
 
 
 def run():

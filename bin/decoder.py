@@ -15,6 +15,8 @@ The model and hparams default to those the trainer recorded in --output_dir. Wit
 translations (t2t_lite.visualize). docs/decoding.md shows n-best lists, scores, prefixes,
 alignments and sampling.
 """
+from absl import logging
+
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 
@@ -89,6 +91,10 @@ def check_exclusive_flags():
 
 def main(argv):
     from t2t_lite.decoding import decoder, strategies
+    from t2t_lite.decoding.ctranslate2_translator import export_record
+    from t2t_lite.decoding.output_files import OutputForm
+    from t2t_lite.decoding.trained_model import TranslationModel
+    from t2t_lite.storage import outputs
     common.check_inputs_reachable("decode_from_file", "score_reference", "output_dir",
                                   "checkpoint_path", "data_dir", "ctranslate2_model",
                                   "score_targets", "target_prefix_file")
@@ -104,6 +110,7 @@ def main(argv):
             if FLAGS[name].value:
                 raise common.FlagError(f"--{name} does not go with --ctranslate2_model (the "
                                        "folder holds the model it was exported from)")
+        export_record(FLAGS.ctranslate2_model)  # an error unless the exporter wrote it
         common.refuse_decode_hparams(
             ("jit_compile", "alignment_layer", *strategies.ctranslate2_lacks()),
             "with --ctranslate2_model (CTranslate2 runs its own search, and aligns with the "
@@ -112,19 +119,50 @@ def main(argv):
     elif not FLAGS.output_dir:
         raise common.FlagError("--output_dir (a trained model) or --ctranslate2_model (an "
                                "exported one) is required")
-    problem, model_name, hparams = common.trained_run_from_flags(FLAGS.ctranslate2_model)
+    run = common.trained_run_from_flags(FLAGS.ctranslate2_model)
     search_hparams, translator_hparams = common.decode_hparams_from_flags()
-    decoder.decode_from_file(problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir,
-                             FLAGS.decode_from_file, FLAGS.decode_to_file,
-                             FLAGS.score_reference, search_hparams, translator_hparams,
-                             FLAGS.checkpoint_path, FLAGS.attention_dir,
-                             FLAGS.attention_sentences,
-                             thread_pools=(FLAGS.intra_op_parallelism_threads,
-                                           FLAGS.inter_op_parallelism_threads),
-                             ctranslate2_model=FLAGS.ctranslate2_model,
-                             target_prefix_file=FLAGS.target_prefix_file,
-                             score_targets=FLAGS.score_targets,
-                             interactive=FLAGS.decode_interactive, seed=FLAGS.seed)
+    run.problem  # an unknown problem is refused before the files are read
+    # Everything that can be wrong with the inputs and outputs fails here, before the work.
+    interactive, source = FLAGS.decode_interactive, FLAGS.decode_from_file or "stdin"
+    lines = [] if interactive else decoder.read_sentences(FLAGS.decode_from_file,
+                                                          "decode_from_file")
+    prefixes, targets, references = (
+        None if FLAGS[flag].value is None else decoder.read_line_for_line(
+            FLAGS[flag].value, flag, lines, source)
+        for flag in ("target_prefix_file", "score_targets", "score_reference"))
+    decoder.size_thread_pools(translator_hparams, len(lines) or 1,
+                              FLAGS.intra_op_parallelism_threads,
+                              FLAGS.inter_op_parallelism_threads)
+    run.check_vocabulary()
+    if not run.ctranslate2:
+        decoder.check_alignment_layer(translator_hparams, run.hparams.decoder_layers)
+    form = OutputForm() if targets is not None else decoder.output_form(translator_hparams)
+    wanted = [outputs.Output.file(path, "decode_to_file") for path in
+              ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]
+    if FLAGS.attention_dir:
+        wanted.append(outputs.Output.folder(FLAGS.attention_dir, "attention_dir", lock_name=None))
+    with outputs.opened(*wanted, name_full_disk=False):  # the files name a failed write
+        model = TranslationModel(run, FLAGS.checkpoint_path, FLAGS.seed,
+                                 FLAGS.intra_op_parallelism_threads)
+        translator = model.translator(search_hparams, translator_hparams, len(lines), source)
+        if interactive:
+            return decoder.decode_interactively(translator)
+        if targets is not None:
+            decoder.write_target_scores(translator, lines, targets, FLAGS.decode_to_file)
+            return None
+        translations = decoder.write_translations(translator, lines, FLAGS.decode_to_file,
+                                                  prefixes=prefixes)
+        if FLAGS.attention_dir:
+            from t2t_lite import visualize  # matplotlib only when pictures are asked for
+            sentences = list(zip(lines, translations))[:FLAGS.attention_sentences]
+            paths = visualize.write_attention_pictures(model.model, model.encoders, sentences,
+                                                       FLAGS.attention_dir)
+            logging.info("attention pictures of %d sentences (%d files) in %s",
+                         len(sentences), len(paths), FLAGS.attention_dir)
+    if references is not None:
+        scores = decoder.score(translations, references)
+        logging.info("exact match %.2f%% (%d sentences); %s", 100 * scores["exact_match"],
+                     len(lines), scores["bleu_text"])
 
 
 def run():

@@ -6,11 +6,9 @@
   t2t_lite-exporter --format=ctranslate2 [--quantization=int8] --data_dir=D --output_dir=O \
       --export_dir=E [--checkpoint_path=C]
 
-The model and hparams default to those the trainer recorded in --output_dir. The SavedModel's
-"serving_default" signature takes "inputs" (strings) and returns "outputs" (strings) and
-"scores"; loading it needs `import tensorflow_text`. The CTranslate2 folder (docs/serving.md)
-needs only `ctranslate2` (and `sentencepiece` for the tokens); the search settings are given
-when translating with it, not here.
+The model and hparams are those the trainer recorded in --output_dir. docs/serving.md has
+the SavedModel's signatures and the CTranslate2 folder (its search settings are given when it
+translates, not here).
 """
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
@@ -41,8 +39,7 @@ def define_flags():
 
 def main(argv):
     from t2t_lite.decoding import strategies
-    from t2t_lite.serving import ctranslate2_export, export
-    from t2t_lite.storage import outputs
+    from t2t_lite.serving import export_run
     if FLAGS.format != "ctranslate2" and FLAGS["quantization"].present:
         raise common.FlagError("--quantization applies to --format=ctranslate2 only")
     if FLAGS.format == "ctranslate2":
@@ -52,7 +49,7 @@ def main(argv):
                                    "when it translates (t2t_lite-decoder --ctranslate2_model "
                                    "--decode_hparams=...)")
     common.check_inputs_reachable("output_dir", "checkpoint_path", "data_dir")
-    problem, model_name, hparams = common.trained_run_from_flags()
+    run = common.trained_run_from_flags()
     # The SavedModel searches each request as one batch, with --export_jit_compile: of
     # --decode_hparams only the search's settings apply.
     common.refuse_decode_hparams(
@@ -62,18 +59,9 @@ def main(argv):
         "serves the n-best lists in its n_best signature and does not sample; beam_size, "
         "alpha, extra_length, stop_after_finished and num_hypotheses (n_best's N) apply")
     search_hparams, _ = common.decode_hparams_from_flags()
-    output = outputs.Output.whole_folder(FLAGS.export_dir, "export_dir")
-    export_dir = output.path
-    with outputs.opened(output):
-        if FLAGS.format == "ctranslate2":
-            checkpoint = ctranslate2_export.export_ctranslate2(
-                problem, model_name, hparams, FLAGS.data_dir, FLAGS.output_dir, export_dir,
-                FLAGS.quantization, FLAGS.checkpoint_path, FLAGS.overwrite)
-        else:
-            checkpoint = export.export(problem, model_name, hparams, FLAGS.data_dir,
-                                       FLAGS.output_dir, export_dir, search_hparams,
-                                       FLAGS.checkpoint_path, FLAGS.export_jit_compile,
-                                       FLAGS.overwrite)
+    checkpoint = export_run(run, FLAGS.export_dir, FLAGS.format, FLAGS.checkpoint_path,
+                            FLAGS.quantization, search_hparams, FLAGS.export_jit_compile,
+                            FLAGS.overwrite)
     print(f"exported {checkpoint} to {FLAGS.export_dir}")
     if FLAGS.format == "ctranslate2":
         print(f"translate with: t2t_lite-decoder --ctranslate2_model={FLAGS.export_dir} "

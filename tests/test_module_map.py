@@ -11,17 +11,19 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Levels of the module map; a module imports only modules of its own level or below. Top-level
 # modules not named here (errors, hparams_lib, registry, checkpoints, run_description, ...) are
 # at the bottom.
+# "package" is t2t_lite/__init__.py, the Python API (load, export, ...), which bin/ stands beside.
 LEVELS = {"data": 1, "layers": 2, "models": 3, "visualize": 3, "training": 4, "decoding": 4,
-          "serving": 5, "bin": 6}
+          "serving": 5, "bin": 6, "package": 6}
 BESIDE = {("training", "decoding"), ("decoding", "training"), ("serving", "training")}
 # The parts the layers import: their own only (the model passes them what they need).
 LAYERS_IMPORT = {"layers"}
 
 
 def part(module: str) -> str:
-    """"t2t_lite.decoding.search" -> "decoding"; "t2t_lite.errors" -> "errors"."""
+    """"t2t_lite.decoding.search" -> "decoding"; "t2t_lite.errors" -> "errors"; "t2t_lite"
+    -> "package"."""
     names = module.split(".")
-    return names[1] if len(names) > 1 else ""
+    return names[1] if len(names) > 1 else "package"
 
 
 def library_modules():

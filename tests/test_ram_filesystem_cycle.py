@@ -11,8 +11,9 @@ import uuid
 
 import tensorflow as tf
 
+import t2t_lite
 from t2t_lite import registry
-from t2t_lite.decoding import decoder
+from t2t_lite.decoding import decoder, trained_model
 from t2t_lite.storage.run_description import saved_run
 from t2t_lite.serving import export
 from t2t_lite.training import averaging, trainer
@@ -57,18 +58,17 @@ def test_datagen_train_average_decode_export_on_ram(tmp_path, tmp_path_factory, 
 
     with tf.io.gfile.GFile(decode_from, "w") as handle:
         handle.write("".join(line + "\n" for line in SOURCES))
-    description = saved_run(f"{root}/averaged")
-    scores = decoder.decode_from_file(
-        "algorithmic_copy", "transformer", description["hparams"], data_dir,
-        f"{root}/averaged", decode_from, decode_to, reference=decode_from,
-        checkpoint_path=averaged)
+    model = t2t_lite.load(f"{root}/averaged", averaged, data_dir=data_dir)
+    lines = decoder.read_sentences(decode_from)
+    translations = decoder.write_translations(model.translator(
+        *trained_model.decode_hparams({})), lines, decode_to, show_progress=False)
     with tf.io.gfile.GFile(decode_to) as handle:
         assert len(handle.read().splitlines()) == len(SOURCES)
-    assert 0 <= scores["exact_match"] <= 1
+    assert 0 <= decoder.score(translations, lines)["exact_match"] <= 1
     assert files_under(f"{root}/decode") == ["/in.txt", "/out.txt"]
 
-    export.export("algorithmic_copy", "transformer", description["hparams"], data_dir,
-                  output_dir, export_dir, checkpoint_path=averaged)
+    export.export(trained_model.open_run(output_dir, data_dir), export_dir,
+                  checkpoint_path=averaged)
     assert {"/saved_model.pb", "/hparams.json"} <= set(files_under(export_dir))
     assert tf.io.gfile.listdir(f"{root}/export") == ["1"]  # no temporary folder left
     served = tf.saved_model.load(export_dir).signatures[export.SIGNATURE_NAME](

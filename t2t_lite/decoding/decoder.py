@@ -1,19 +1,10 @@
-"""Decoding text files with a trained model (t2t's decode_from_file), scoring given
-translations (--score_targets) and translating stdin a line at a time (--decode_interactive);
-and scoring the output (exact match, sacreBLEU).
+"""The Translator (text in, text out over a search engine: results.py), the files a decoding
+reads and writes (translations, scores of given translations, interactive decoding), and the
+output's scores (exact match, sacreBLEU). Lines are sorted by length within windows of
+batches and written back in input order as each window is done (output_files).
 
-Lines are sorted by length into batches (less padding), decoded, and written back in input
-order, one output line per input line, as t2t's `decode_from_file` did. t2t sorted the whole
-file and wrote it once every line was decoded, so that a full disk lost hours of decoding at
-the end; here the lines are sorted within windows of Translator.WINDOW_BATCHES batches
-(fairseq-interactive's --buffer-size does the same) and each window is written as soon as it
-is decoded (output_files: under a temporary name, renamed when complete; on a failure the
-lines completed are kept in OUT.partial). The search itself is an engine's (results.py): the
-model's (model_engine) or CTranslate2's (ctranslate2_translator).
-
-t2t's --decode_hparams set both what the search does (search.SearchHParams) and how the
-Translator batches and compiles it and what is written of it (TranslatorHParams);
-parse_decode_hparams gives each name to the settings it belongs to.
+--decode_hparams set both the search (search.SearchHParams) and how the Translator batches it
+and what is written of it (TranslatorHParams); parse_decode_hparams gives each name its place.
 """
 import concurrent.futures
 import contextlib
@@ -21,15 +12,14 @@ import dataclasses
 import itertools
 import os
 import sys
+import threading
 
 import sacrebleu
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import registry
 from t2t_lite.data import text_files
 from t2t_lite.data.vocab import EOS_ID
-from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
 from t2t_lite.decoding.model_engine import ModelEngine
 from t2t_lite.decoding.output_files import (DecodingOutputs, OutputForm, TranslationsFile,
                                             target_score_line)
@@ -37,10 +27,7 @@ from t2t_lite.decoding import strategies
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.errors import DataError
 from t2t_lite.hparams_lib import HParamsError, parse_overrides
-from t2t_lite.models import restoring
 from t2t_lite.progress import progress_bar
-from t2t_lite.storage import outputs
-from t2t_lite.storage.run_description import checked_vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +59,9 @@ def usable_cores() -> int:
 
 
 def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
-    """translator_hparams.parallel_batches, with 0 resolved: one batch per CPU core on a
-    CPU-only machine (a step's operations on a batch of 32 sentences x 4 beams are too small
-    to keep two cores busy, so two batches at once, one thread each, translate faster:
-    benchmarks/decode_speed.py), and 1 when a GPU is visible."""
+    """translator_hparams.parallel_batches, 0 resolved: one batch per CPU core without a GPU
+    (a step on 32 sentences x 4 beams cannot keep two cores busy: benchmarks/decode_speed.py),
+    1 with one."""
     if translator_hparams.parallel_batches:
         return translator_hparams.parallel_batches
     return 1 if tf.config.list_physical_devices("GPU") else usable_cores()
@@ -83,10 +69,8 @@ def parallel_batches_for(translator_hparams: TranslatorHParams) -> int:
 
 def intra_op_threads_for(translator_hparams: TranslatorHParams, sentences: int) -> int:
     """The intra-op pool (one per process, shared by the batches searched at once) for
-    translating `sentences` lines: 1 when there is a batch for every core at once
-    (parallel_batches_for, but no more than the input's batches), each batch then running its
-    operations on its own thread (as CTranslate2's intra_threads=1 x inter_threads = cores);
-    else every core, shared, so that a short input still gets every core."""
+    `sentences` lines: 1 when a batch runs on every core at once (as CTranslate2's
+    intra_threads=1 x inter_threads = cores), else every core, so a short input gets them."""
     batches = max(1, -(-sentences // translator_hparams.batch_size))
     cores = usable_cores()
     return 1 if min(parallel_batches_for(translator_hparams), batches) >= cores else cores
@@ -145,21 +129,13 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
 class Translator:
     """Text in, text out: encode, batch by length, search (or score), decode.
 
-    Lines are sorted by length into batches of translator_hparams.batch_size (less padding),
-    within windows of WINDOW_BATCHES batches, and the results put back in input order, one
-    window after the other (`translate_in_order`, `score_in_order`). Up to
-    `parallel_batches_for(translator_hparams)` (resolved once, as `parallel_batches`) batches
-    are searched at once, from threads of their own (TensorFlow runs them in parallel; each
-    batch's output does not depend on the others). The engine searches and scores the batches
-    (results.py): the model's own (model_engine.ModelEngine, the default) or CTranslate2's.
-    No line stops the others: an empty line gives an empty translation, a line the vocabulary
-    cannot encode gives an empty translation and a warning naming it, and a line longer than
-    `max_input_length` tokens is cut to that length (with EOS) with a warning. A target prefix
-    or a target to score that cannot be encoded leaves its line untranslated or unscored, with
-    a warning naming it.
-
-    Sampling is reproducible: each batch's seed comes from `seed` and the batch's number, so
-    that the same input, batch_size and seed give the same samples.
+    Lines are sorted by length into batches within windows of WINDOW_BATCHES batches, up to
+    `parallel_batches` batches searched at once from threads of their own, and the results
+    put back in input order a window at a time. The engine (results.py) searches and scores:
+    the model's (model_engine.ModelEngine, the default) or CTranslate2's. No line stops the
+    others: an empty line or one the vocabulary cannot encode (a warning) gets no result, one
+    longer than `max_input_length` tokens is cut with a warning (`warnings` keeps them by line
+    number). Each batch's sampling seed comes from `seed` and its number.
     """
 
     # Batches sorted by length together and written together: 2,048 lines at the default
@@ -178,6 +154,7 @@ class Translator:
         self.max_input_length = max_input_length
         self.source_name = source_name
         self.seed = seed
+        self.warnings = {}  # line number -> what was wrong with it, as logged
         self.parallel_batches = parallel_batches_for(self.translator_hparams)
         hp = self.translator_hparams
         self.engine = engine or ModelEngine(
@@ -186,24 +163,28 @@ class Translator:
 
     def encode(self, number: int, line: str, feature: str = "inputs", name: str = None,
                eos: bool = True):
-        """The ids of `line` (number `number` of `name`, the source's by default) with the
-        `feature` vocabulary, ending with EOS if `eos`; cut to max_input_length with a
-        warning. None for a line that gets no result: an empty source line (an empty prefix is
-        [] instead) or one the vocabulary cannot encode (with a warning)."""
+        """The ids of line `number` of `name` (the source's) with the `feature` vocabulary,
+        EOS last if `eos`, cut to max_input_length with a warning; None for no result: an
+        empty source line (an empty prefix is []) or one it cannot encode (a warning)."""
         name = name or self.source_name
         if not line.strip():
             return [EOS_ID] if feature == "targets" and eos else (None if eos else [])
         try:
             ids = self.encoders[feature].encode(line)
         except ValueError as error:
-            logging.warning("%s line %d not translated: %s", name, number, error)
-            return None
+            return self._warn(number, f"{name} line {number} not translated: {error}")
         limit = self.max_input_length and self.max_input_length - eos
         if limit and len(ids) > limit:
-            logging.warning("%s line %d: %d characters, %d tokens; cut to max_length=%d tokens",
-                            name, number, len(line), len(ids) + eos, self.max_input_length)
+            self._warn(number, f"{name} line {number}: {len(line)} characters, "
+                       f"{len(ids) + eos} tokens; cut to max_length={self.max_input_length} "
+                       f"tokens")
             ids = ids[:limit]
         return ids + [EOS_ID] if eos else ids
+
+    def _warn(self, number: int, message: str):
+        """Logs what is wrong with line `number` (which keeps its place) and keeps it."""
+        logging.warning("%s", message)
+        self.warnings.setdefault(number, message)
 
     def text(self, hypothesis) -> str:
         """A hypothesis' translation: its ids decoded by the targets vocabulary."""
@@ -229,10 +210,9 @@ class Translator:
         return outputs, scores
 
     def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None):
-        """Yields (index of its first line, its results) of one window of `lines` after the
-        other, in input order: a line's result is its hypotheses (results.Hypothesis, best
-        first), or None for a line not translated. `prefixes`: a target prefix per line ("" for
-        none) that its translations begin with."""
+        """Yields (index of its first line, its results) of each window of `lines` in input
+        order: a line's Hypotheses, best first, or None for a line not translated. `prefixes`:
+        a target prefix per line ("": none)."""
         sources = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
         if prefixes is None:
             items = [None if source is None else (source,) for source in sources]
@@ -249,10 +229,9 @@ class Translator:
         return self._in_order(items, search, "decoding", show_progress)
 
     def score_in_order(self, lines: list, targets: list, show_progress: bool = True):
-        """Yields (index of its first line, its results) of one window of (line, target)
-        pairs after the other, in input order: a pair's TargetScore, or None for a pair not
-        scored (an empty or unencodable source, an unencodable target). Nothing is
-        searched: one teacher-forced pass a batch."""
+        """Yields (index of its first line, its results) of each window of (line, target)
+        pairs in input order: a pair's TargetScore (one teacher-forced pass a batch), or None
+        for a pair not scored (an empty or unencodable source, an unencodable target)."""
         items = []
         for number, (line, target) in enumerate(zip(lines, targets), start=1):
             source = self.encode(number, line)
@@ -269,11 +248,10 @@ class Translator:
         return (self.seed * 1_000_003 + number) % 2 ** 31
 
     def _in_order(self, items: list, run_batch, what: str, show_progress: bool):
-        """Yields (first index, results) of each window of `items` (tuples whose first
-        element is source ids, or None for an item without a result): the items are sorted by
-        source length within WINDOW_BATCHES batches, run by `run_batch(batch, batch number)`
-        (a result per item) in up to `parallel_batches` threads, and put back in order.
-        Batches searched at once go on into the next windows meanwhile; closing the generator
+        """Yields (first index, results) of each window of `items` (tuples of source ids first,
+        or None for no result), sorted by source length within WINDOW_BATCHES batches, run by
+        `run_batch(batch, batch number)` in up to `parallel_batches` threads and put back in
+        order; batches go on into the next windows meanwhile, and closing the generator
         cancels those not started."""
         batch_size = self.translator_hparams.batch_size
         window_lines = self.WINDOW_BATCHES * batch_size
@@ -292,26 +270,27 @@ class Translator:
             return indices, run_batch([items[i] for i in indices], number)
 
         def run_in_order(pool):
-            """`run` of each batch, in order, in the pool's threads. A batch not done while a
-            thread of the pool has ended is a MemoryError: a thread whose start fails inside
-            it for want of memory ("Exception ignored in thread started by") ends without the
-            result of the batch it took, which would be waited for for ever."""
+            """`run` of each batch, in order, in the pool's threads. A batch not done while
+            none of the pool's threads lives (they end only when it shuts down) is a
+            MemoryError: a thread whose start fails for want of memory ("Exception ignored in
+            thread started by") ends, and its batches would be waited for for ever."""
             futures = [pool.submit(run, numbered) for numbered in enumerate(batches)]
             for future in futures:
                 while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
-                    # The pool's own set of its threads, which end only when it shuts down.
-                    ended = [thread for thread in pool._threads if not thread.is_alive()]
-                    if ended:
+                    if not any(thread.name.startswith(prefix)
+                               for thread in threading.enumerate()):
                         raise MemoryError(
-                            f"{len(ended)} of the {threads} threads that search batches at "
+                            f"{threads} of the {threads} threads that search batches at "
                             f"once ended before their batch was searched (a thread that "
                             f"cannot get the memory it starts with ends so)")
                 yield future.result()
 
         threads = min(self.parallel_batches, max(len(batches), 1))
+        prefix = f"search-batches-{id(results)}_"  # the pool's threads' names
         # One at a time runs in this thread, which keeps the caller's tf.device or strategy
         # scope, and starts no pool.
-        pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
+        pool = concurrent.futures.ThreadPoolExecutor(threads, prefix[:-1]) \
+            if threads > 1 else None
         try:
             with progress_bar(what, total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
@@ -340,11 +319,9 @@ def score(hypotheses: list, references: list) -> dict:
 
 
 def read_sentences(path: str, flag: str = None) -> list:
-    """The lines of a UTF-8 file (through tf.io.gfile; or stdin for None), without their line
-    ends. A line that is not valid UTF-8 is kept, with U+FFFD for its bad bytes, and a warning
-    names it: every input line gets its output line. A folder, a missing file or one that
-    cannot be read is a DataError, naming `flag` when given (the flag that names `path`); a
-    folder would read as no lines."""
+    """The lines of a UTF-8 file (tf.io.gfile; stdin for None) without their ends, invalid
+    UTF-8 replaced by U+FFFD with a warning. A folder, a missing file or one that cannot be
+    read is a DataError naming `flag` when given."""
     if path is None:
         return list(text_files.decode_lines(sys.stdin.buffer, "stdin", invalid_utf8="replace"))
     named = f"--{flag}={path}" if flag else path
@@ -375,10 +352,9 @@ def output_form(translator_hparams: TranslatorHParams) -> OutputForm:
 
 def write_translations(translator: Translator, lines: list, path: str = None,
                        show_progress: bool = True, prefixes: list = None) -> list:
-    """Translates `lines` into the file `path` (stdout for None), writing each window of
-    translations as soon as it is decoded (output_files.DecodingOutputs: the n-best lists,
-    scores and alignments too when translator_hparams ask), and returns the 1-best
-    translations. A write that fails stops the decoding at once."""
+    """Translates `lines` into the file `path` (stdout for None), each window as soon as it
+    is decoded (with the n-best lists, scores and alignments translator_hparams ask for), and
+    returns the 1-best translations. A write that fails stops the decoding at once."""
     form = output_form(translator.translator_hparams)
     with DecodingOutputs(path, len(lines), form) as written, \
             contextlib.closing(translator.translate_in_order(lines, show_progress,
@@ -390,9 +366,8 @@ def write_translations(translator: Translator, lines: list, path: str = None,
 
 def write_target_scores(translator: Translator, lines: list, targets: list, path: str = None,
                         show_progress: bool = True) -> list:
-    """Scores each (line, target) pair into the file `path` (stdout for None), a line per
-    pair in input order as the windows are scored (output_files.target_score_line), and
-    returns the TargetScores (None for a pair not scored)."""
+    """Scores each (line, target) pair into the file `path` (stdout for None) as the windows
+    are scored, and returns the TargetScores (None for a pair not scored)."""
     scores = []
     with TranslationsFile(path, len(lines)) as output, \
             contextlib.closing(translator.score_in_order(lines, targets,
@@ -404,10 +379,9 @@ def write_target_scores(translator: Translator, lines: list, targets: list, path
 
 
 def decode_interactively(translator: Translator, stdin=None):
-    """t2t's --decode_interactive: reads a line at a time and writes its translation (and its
-    n-best, scores and alignment if asked, as on stdout: output_files) and flushes it before
-    reading the next; a prompt on stderr only when stdin is a terminal. The search is traced
-    once before the first line, so that the first answer comes as fast as the others."""
+    """t2t's --decode_interactive: translates a line at a time, writing and flushing each
+    answer (as on stdout: output_files) before reading the next; a prompt on stderr when
+    stdin is a terminal. The search is traced before the first line arrives."""
     stdin = stdin or sys.stdin.buffer
     translator.engine.search([[EOS_ID]], None, 0)  # the tracing, before any line arrives
     logging.info("ready: translating stdin a line at a time (end it with Ctrl-D)")
@@ -434,94 +408,9 @@ def _prompted_lines(stdin, prompt: bool):
         yield line
 
 
-def _engine(search_hparams: SearchHParams, translator_hparams: TranslatorHParams,
-            ctranslate2_model: str, encoders: dict, sentences: int, thread_pools):
-    """The engine of a decoding: CTranslate2's for a ctranslate2_model, else the model's."""
-    if not ctranslate2_model:
-        return None  # the Translator's default: ModelEngine(model)
-    return CTranslate2Engine(
-        ctranslate2_model, encoders["targets"].tokens, search_hparams,
-        parallel_batches_for(translator_hparams),
-        (thread_pools or (0,))[0] or intra_op_threads_for(translator_hparams, sentences),
-        alignments=translator_hparams.alignments)
-
-
 def check_alignment_layer(translator_hparams: TranslatorHParams, layers: int):
     """An alignment_layer the model has (-layers <= it < layers), or an HParamsError."""
     layer = translator_hparams.alignment_layer
     if translator_hparams.alignments and not -layers <= layer < layers:
         raise HParamsError(f"--decode_hparams: alignment_layer={layer}: the model has "
                            f"{layers} decoder layers ({-layers} to {layers - 1})")
-
-
-def decode_from_file(problem_name: str, model_name: str, hparams, data_dir: str,
-                     output_dir: str, decode_from: str = None, decode_to: str = None,
-                     reference: str = None, search_hparams: SearchHParams = SearchHParams(),
-                     translator_hparams: TranslatorHParams = TranslatorHParams(),
-                     checkpoint_path: str = None, attention_dir: str = None,
-                     attention_sentences: int = 5, thread_pools: tuple = None,
-                     ctranslate2_model: str = None, target_prefix_file: str = None,
-                     score_targets: str = None, interactive: bool = False, seed: int = 0):
-    """Translates every line of `decode_from` into `decode_to` as it goes
-    (write_translations), each beginning with its line of `target_prefix_file` if given; or,
-    with `score_targets`, writes the model's score of each line's target there instead
-    (write_target_scores); or, `interactive`, translates stdin a line at a time
-    (decode_interactively). With `attention_dir`, draws the attention of the first
-    `attention_sentences` lines and their translations there (t2t_lite.visualize); with
-    `reference`, returns and logs the scores. With `thread_pools` (intra-op, inter-op threads;
-    0: chosen by size_thread_pools), sizes TensorFlow's pools once the input is read: the
-    caller must not have run a TensorFlow operation yet. A data_dir whose vocabulary is not
-    the one output_dir's hparams.json records is a VocabularyError before any work. With
-    `ctranslate2_model` (a folder of t2t_lite-exporter --format=ctranslate2) CTranslate2
-    searches instead of the checkpoint's model (ctranslate2_translator), its hparams.json
-    standing for output_dir's; attention pictures need the model itself. `seed` makes
-    sampling reproducible."""
-    problem = registry.problem(problem_name)
-    # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    lines = [] if interactive else read_sentences(decode_from, "decode_from_file")
-    source = decode_from or "stdin"
-    prefixes = targets = None
-    if target_prefix_file is not None:
-        prefixes = read_line_for_line(target_prefix_file, "target_prefix_file", lines, source)
-    if score_targets is not None:
-        targets = read_line_for_line(score_targets, "score_targets", lines, source)
-    if thread_pools is not None:
-        size_thread_pools(translator_hparams, len(lines) or 1, *thread_pools)
-    references = None if reference is None else read_line_for_line(
-        reference, "score_reference", lines, source)
-    checked_vocabulary(ctranslate2_model or output_dir, problem, data_dir)
-    if not ctranslate2_model:
-        check_alignment_layer(translator_hparams, hparams.decoder_layers)
-    form = OutputForm() if score_targets else output_form(translator_hparams)
-    wanted = [outputs.Output.file(path, "decode_to_file")
-              for path in ([] if decode_to is None else form.paths(decode_to).values())]
-    if attention_dir:
-        wanted.append(outputs.Output.folder(attention_dir, "attention_dir", lock_name=None))
-    # The output files name a failed write of the translations themselves.
-    with outputs.opened(*wanted, name_full_disk=False):
-        encoders = problem.feature_encoders(data_dir)
-        model = None if ctranslate2_model else restoring.load_model(
-            model_name, hparams, problem.vocab_size(data_dir), output_dir, checkpoint_path)
-        translator = Translator(
-            model, encoders, search_hparams, problem.max_length, source, translator_hparams,
-            _engine(search_hparams, translator_hparams, ctranslate2_model, encoders,
-                    len(lines), thread_pools), seed)
-        if interactive:
-            decode_interactively(translator)
-            return None
-        if score_targets is not None:
-            write_target_scores(translator, lines, targets, decode_to)
-            return None
-        translations = write_translations(translator, lines, decode_to, prefixes=prefixes)
-        if attention_dir:
-            from t2t_lite import visualize  # matplotlib only when pictures are asked for
-            sentences = list(zip(lines, translations))[:attention_sentences]
-            paths = visualize.write_attention_pictures(model, encoders, sentences, attention_dir)
-            logging.info("attention pictures of %d sentences (%d files) in %s", len(sentences),
-                         len(paths), attention_dir)
-    if references is None:
-        return None
-    scores = score(translations, references)
-    logging.info("exact match %.2f%% (%d sentences); %s", 100 * scores["exact_match"],
-                 len(lines), scores["bleu_text"])
-    return scores

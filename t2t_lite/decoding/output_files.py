@@ -1,22 +1,9 @@
-"""The files a decoding writes, as it goes: the translations (t2t's --decode_to_file), and
-beside them, when asked, the n-best lists and the alignments; or the scores of given
-translations (--score_targets).
-
-Every file is a TranslationsFile: written as the windows of lines are decoded, under a
-temporary name until it is whole, its completed lines kept in OUT.partial on a failure. The
-line formats are those the peers' users' scripts read:
-- the 1-best: a translation a line, with `write_beam_scores` its score after a tab (t2t's
-  decode_to_file with write_beam_scores);
-- n-best (`return_beams`): OUT.nbest, the Moses n-best format `index ||| translation |||
-  score` (index 0-based, a line per hypothesis, best first), as OpenNMT-tf's, fairseq's and
-  Marian's n-best outputs are read;
-- alignments: OUT.align, the 1-best's `i-j` pairs (source piece i, target piece j, 0-based:
-  OpenNMT-tf's and fairseq's format), a line per translation;
-- scores of given translations: `log-likelihood<TAB>pieces<TAB>mean per piece` a line.
-Written to stdout instead (no --decode_to_file), a line is the n-best lines of its input with
-return_beams, else its 1-best, with ` ||| i-j ...` after it for alignments (Marian's
---alignment output). A line that is not translated keeps its place: an empty translation and
-an empty score.
+"""The files a decoding writes as it goes (docs/decoding.md has their formats): the
+translations (with `write_beam_scores` each 1-best's score after a tab), beside them OUT.nbest
+(Moses n-best lines `index ||| translation ||| score`) and OUT.align (the 1-best's `i-j`
+pairs) when asked; or the scores of given translations (`log-likelihood<TAB>pieces<TAB>mean`).
+Each is a TranslationsFile (whole or kept in OUT.partial); on stdout an input's n-best lines or
+its 1-best, with ` ||| i-j ...` for alignments. A line not translated keeps its place, empty.
 """
 import dataclasses
 import sys
@@ -93,16 +80,12 @@ def write_lines(path: str, lines: list):
 
 
 class TranslationsFile:
-    """Where the decoder writes its translations, as they are done: `write` appends lines
-    (in input order) and flushes them. A file is written under atomic_files' temporary name
-    (`.OUT.incomplete`), created with the first lines (or at the end, for none), and renamed to
-    its own when the block ends without error, so a file at OUT is always whole and an earlier
-    OUT stays until then (t2t wrote OUT once every line was decoded). When a write fails or
-    the block raises, the temporary is removed and the lines written before are kept in
-    OUT.partial (`partial_path`) instead; a write that fails (a full disk, an I/O error) is
-    one StorageError naming the flag, the file and what was kept, and any other error is
-    preceded by a warning saying what was kept. A complete run removes an OUT.partial left by an earlier one. Without a
-    path, lines go to stdout (a full disk there is a StorageError naming stdout)."""
+    """Where the decoder writes its translations as they are done: `write` appends lines in
+    input order and flushes them, under atomic_files' temporary name (created with the first
+    lines), renamed to OUT when the block ends without error (a complete run removes an older
+    OUT.partial). On a failure the lines written are kept in OUT.partial (`partial_path`): a
+    failed write is one StorageError naming the flag, the file and what was kept, any other
+    error follows a warning saying so. Without a path, lines go to stdout."""
 
     def __init__(self, path: str = None, total: int = 0, flag: str = "decode_to_file"):
         self.path, self.total, self.flag = path, total, flag
@@ -190,8 +173,6 @@ class TranslationsFile:
                     f"{output_paths.one_line(getattr(error, 'message', error))}")
         return (f"The translations of lines 1-{len(self.written)} (of {self.total}) are kept "
                 f"in {partial}")
-
-
 
 
 class DecodingOutputs:

@@ -34,13 +34,29 @@ class Hypothesis(NamedTuple):
 
 
 class TargetScore(NamedTuple):
-    """The model's score of a given translation (OpenNMT-tf's `onmt-main score`, fairseq's
-    --score-reference, CTranslate2's score_batch): the log-likelihood summed over the target
-    pieces and EOS, and their count."""
-    log_likelihood: float
+    """The model's score of a given translation (OpenNMT-tf's `onmt-main score`, CTranslate2's
+    score_batch): the log-likelihood over the target pieces and EOS, and their count; in the
+    Python API what was wrong with the pair too (None and 0 for one not scored)."""
+    log_likelihood: Optional[float]
     pieces: int
+    error: Optional[str] = None
 
     @property
-    def mean(self) -> float:
+    def mean(self) -> Optional[float]:
         """The log-likelihood per piece (EOS counted)."""
-        return self.log_likelihood / self.pieces
+        return self.log_likelihood / self.pieces if self.pieces else None
+
+
+class Translation(NamedTuple):
+    """A hypothesis as t2t_lite.load(...).translate gives it: its text and Hypothesis' rest."""
+    text: str
+    score: float
+    log_prob: float
+    alignment: Optional[tuple] = None
+
+
+class Translations(NamedTuple):
+    """A sentence's Translations, best first ([]: not translated), and `error`: what the
+    decoder warns of it (cannot be encoded, cut to max_length; "empty"), or None."""
+    hypotheses: list
+    error: Optional[str] = None

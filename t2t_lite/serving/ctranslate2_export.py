@@ -1,41 +1,10 @@
-"""A trained model as a CTranslate2 model folder (`t2t_lite-exporter --format=ctranslate2`).
-
-CTranslate2 serves the Transformer of OpenNMT-tf, eole and Marian from a folder its converters
-write; this module is t2t_lite's converter, built, as theirs are, on CTranslate2's own
-specification classes (`ctranslate2.specs.TransformerSpec`): the spec validates the weights'
-names and shapes, quantizes them and writes `model.bin`, `config.json` and the vocabulary.
-
-How t2t_lite's Transformer maps onto the spec:
-
-    t2t_lite (models/transformer.py)           CTranslate2 TransformerSpec
-    ---------------------------------------    -----------------------------------------------
-    "n" / "da" (pre-norm) + final norms        pre_norm=True, encoder/decoder.layer_norm
-    "none" / "dan" (the paper's post-norm)     pre_norm=False, no final norm
-    dropout ("d")                              (inference: nothing)
-    norm_epsilon                               config.layer_norm_epsilon
-    embedding * sqrt(d)                        scale_embeddings (the spec's default)
-    timing signal ("concat" sin|cos or the     position_encodings.encodings, the table itself
-      paper's "interleaved")                     (POSITIONS rows, timing_signal's values)
-    q, k, v, output projections, no bias       linear[0] = [q; k; v] (self), linear[0] = q and
-                                                 linear[1] = [k; v] (encoder-decoder), last = out
-    queries * depth_per_head^-0.5              the spec's default query scale
-    feed-forward relu with biases              ffn.linear_0, ffn.linear_1, Activation.RELU
-    decoder input at position 0: PAD, whose    decoder.start_from_zero_embedding (as Marian's
-      embedding is zeroed (t2t's shift_right)    converter), decoder_start_token = PAD's token
-    shared embedding and softmax weights       the same matrix in every role (CTranslate2 then
-                                                 stores it once)
-    source EOS appended                        config.add_source_eos, eos_token = EOS's token
-    (alignments: the last decoder layer's      alignment_layer=-1, alignment_heads=0 (all heads
-      encoder-decoder attention, mean of heads)  averaged), what return_attention returns
-
-Keras kernels are [in, out]; CTranslate2's linear weights are [out, in] (transposed here).
-Only the sublayer sequences can ask for something CTranslate2 has no layout for (a norm after
-the residual and before the sublayer, say): `unrepresentable` names them and the export is
-refused before anything is written.
-
-Length limits: the position table has POSITIONS rows, so an input (EOS included) and an output
-may each be up to POSITIONS tokens; t2t_lite-decoder --ctranslate2_model keeps to the problem's
-max_length and extra_length within it.
+"""A trained model as a CTranslate2 model folder (`t2t_lite-exporter --format=ctranslate2`),
+written, as OpenNMT-tf's and eole's converters write theirs, through CTranslate2's own
+specification classes (`ctranslate2.specs.TransformerSpec`), which validate the weights' names
+and shapes, quantize them and write `model.bin`, `config.json` and the vocabulary. How the
+model maps onto the spec: docs/serving.md (its last section). Only the sublayer sequences can
+ask for a layout CTranslate2 lacks (`unrepresentable`, refused before anything is written).
+An input (EOS included) and an output may each be up to POSITIONS tokens.
 """
 import json
 import os
@@ -44,15 +13,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, registry
 from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
-from t2t_lite.models import restoring
 from t2t_lite.decoding.ctranslate2_translator import (
     EXPORT_RECORD, SENTENCEPIECE_MODEL, import_ctranslate2)
 from t2t_lite.errors import UserError
 from t2t_lite.layers.timing_signal import timing_signal
-from t2t_lite.storage.run_description import checked_vocabulary, save_run_description
+from t2t_lite.storage.run_description import save_run_description
 from t2t_lite.serving.export import check_export_dir
 from t2t_lite.storage.storage_errors import reported_full_storage
 
@@ -177,34 +144,29 @@ def model_spec(model, tokens: dict, unknown_token: str):
     return spec
 
 
-def export_ctranslate2(problem_name: str, model_name: str, hparams, data_dir: str,
-                       output_dir: str, export_dir: str, quantization: str = "int8",
+def export_ctranslate2(run, export_dir: str, quantization: str = "int8",
                        checkpoint_path: str = None, overwrite: bool = False) -> str:
-    """Exports the checkpoint (default: the latest in output_dir) as a CTranslate2 model folder
-    quantized as `quantization`: model.bin, config.json and the vocabulary that CTranslate2
-    writes, SENTENCEPIECE_MODEL for a SentencePiece problem (what a client tokenizes with), and
-    hparams.json with the vocabulary's record. Written under a temporary name and renamed when
-    complete, as the SavedModel is (export.save_atomically). Returns the checkpoint path."""
+    """Exports the checkpoint (run.checkpoint's; `run` a decoding.trained_model.TrainedRun) as
+    a CTranslate2 model folder quantized as `quantization` (write_folder), with hparams.json
+    and the vocabulary's record. Returns the checkpoint path."""
     if quantization not in QUANTIZATIONS:
         raise CTranslate2ExportError(f"--quantization={quantization}: expected one of "
                                      f"{', '.join(QUANTIZATIONS)} (CTranslate2's names)")
-    refused = unrepresentable(hparams)
+    refused = unrepresentable(run.hparams)
     if refused:
         raise CTranslate2ExportError("CTranslate2 cannot represent this model's "
                                      + "; ".join(refused))
     import_ctranslate2()  # one error naming the extra, before any work
     check_export_dir(export_dir, overwrite)
-    problem = registry.problem(problem_name)
-    vocabulary_record = checked_vocabulary(output_dir, problem, data_dir)
-    encoders = problem.feature_encoders(data_dir)
-    checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
+    vocabulary_record = run.check_vocabulary()
+    encoders = run.problem.feature_encoders(run.data_dir)
+    checkpoint_path = run.checkpoint(checkpoint_path)
     # The spec takes float32 values and quantizes them itself, whatever the model trained in.
-    model = restoring.load_model(model_name, hparams.replace(mixed_precision="float32"),
-                                 problem.vocab_size(data_dir), output_dir, checkpoint_path)
+    model = run.load_model(checkpoint_path, run.hparams.replace(mixed_precision="float32"))
     write_folder(model, encoders, export_dir, quantization,
                  export_record={"checkpoint": checkpoint_path},
-                          write_extras=lambda folder: save_run_description(
-                     folder, problem_name, model_name, hparams, vocabulary_record))
+                 write_extras=lambda folder: save_run_description(
+                     folder, run.problem_name, run.model_name, run.hparams, vocabulary_record))
     logging.info("exported %s to %s as a CTranslate2 model (%s)", checkpoint_path, export_dir,
                  quantization)
     return checkpoint_path
@@ -212,10 +174,9 @@ def export_ctranslate2(problem_name: str, model_name: str, hparams, data_dir: st
 
 def write_folder(model, encoders: dict, export_dir: str, quantization: str,
                  export_record: dict = None, write_extras=None):
-    """Writes the CTranslate2 folder of `model` (float32 weights) with the vocabularies
-    `encoders` {"inputs", "targets"} to export_dir, under a temporary name renamed when
-    complete: model.bin, config.json, CTranslate2's vocabulary file, SENTENCEPIECE_MODEL for a
-    SentencePiece vocabulary, EXPORT_RECORD (`export_record` and max_positions), and what
+    """Writes the CTranslate2 folder of `model` (float32 weights) and `encoders` to export_dir,
+    renamed when complete: model.bin, config.json, the vocabulary, SENTENCEPIECE_MODEL for a
+    SentencePiece vocabulary, EXPORT_RECORD (`export_record`, max_positions) and what
     `write_extras(folder)` adds."""
     spec = model_spec(model, {name: vocabulary.tokens for name, vocabulary in encoders.items()},
                       encoders["inputs"].unknown_token)
@@ -240,11 +201,9 @@ def write_folder(model, encoders: dict, export_dir: str, quantization: str,
 
 
 def _cast_to_bfloat16(spec):
-    """Casts every float32 weight of the validated `spec` (its values NumpyVariables) to
-    bfloat16, what optimize(quantization="bfloat16") stores, so that optimize finds them cast:
-    CTranslate2's own cast of a NumPy array to bfloat16 needs torch (NumpyVariable._to),
-    NumPy's bfloat16 type (ml_dtypes, as TensorFlow's tf.bfloat16.as_numpy_dtype) does not.
-    Scalars stay, as optimize leaves them."""
+    """Casts every non-scalar float32 weight of the validated `spec` to bfloat16 with NumPy's
+    bfloat16 type (ml_dtypes), so that optimize(quantization="bfloat16") finds them cast: its
+    own cast needs torch."""
     from ctranslate2.specs import model_spec as specs
     bfloat16 = tf.bfloat16.as_numpy_dtype
 

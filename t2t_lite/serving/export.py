@@ -1,28 +1,7 @@
-"""A trained model as a SavedModel that translates text: strings in, strings and scores out
-(docs/serving.md). Unlike t2t-exporter's graph, whose input was serialized tf.Examples of
-ids, the graph holds the vocabulary too:
-
-    inputs: string [batch]
-      -> which rows are searched: not blank, and accepted by vocabulary.encodable_in_graph
-      -> vocabulary.encode_in_graph of those rows (tensorflow-text's SentencePiece op, or the
-         symbol split)
-      -> truncate to problem.max_length tokens, EOS last, pad with 0
-      -> decoding.search.search (the decoder's search, same SearchHParams)
-      -> vocabulary.decode_in_graph (cut at EOS, drop PAD, detokenize)
-      -> every row back in its place
-    outputs: {"outputs": string [batch], "scores": float32 [batch]}
-
-"score" scores given translations (decoding.scoring), nothing searched: inputs and targets
-string [batch] -> {"log_likelihood": float32 [batch], "pieces": int32 [batch]}, FAILED_SCORE
-and 0 for a pair with a side blank or not encodable. "n_best" (t2t's return_beams) returns the
-N best of each input, best first (N: num_hypotheses, by default the strategy's whole list):
-{"outputs": string [batch, N], "scores": float32 [batch, N] (the search's), "log_probs":
-float32 [batch, N] (raw: what "score" gives the same pair)}.
-
-As in the decoder, a blank sentence or one the vocabulary cannot encode is not searched ("" and
-FAILED_SCORE = -inf), and one longer than max_length tokens is cut. A request is one batch.
-`jit_compile` compiles the search with XLA for servers that have it (not the string ops);
-without it no op of the tf2xla family may run (`ops_needing_xla` warns of any).
+"""A trained model as a SavedModel that translates text, the vocabulary and the search inside
+the graph: "serving_default" (strings -> translations and scores), "n_best" (the
+num_hypotheses best of each) and "score" (given translations' log-likelihoods); a row that
+fails gets "" and FAILED_SCORE and fails no other (docs/serving.md).
 """
 import dataclasses
 import json
@@ -30,15 +9,14 @@ import json
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import checkpoints, registry
+from t2t_lite import checkpoints
 from t2t_lite.storage import atomic_files
 from t2t_lite.data.vocab import EOS_ID, PAD_ID
 from t2t_lite.decoding import strategies
 from t2t_lite.decoding.scoring import target_log_likelihoods
 from t2t_lite.decoding.search import Hypotheses, SearchHParams, search, search_hypotheses
 from t2t_lite.errors import UserError
-from t2t_lite.models import restoring
-from t2t_lite.storage.run_description import checked_vocabulary, save_run_description
+from t2t_lite.storage.run_description import save_run_description
 from t2t_lite.storage.storage_errors import reported_full_storage
 
 SIGNATURE_NAME = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY  # "serving_default"
@@ -52,9 +30,8 @@ class ExportError(UserError, ValueError):
 
 
 def source_ids(vocabulary, texts, max_length: int):
-    """t2t's text2text inputs in the graph: strings [batch] -> int32 ids [batch, S], each row the
-    tokens, cut to `max_length` - 1 so that EOS is always last, then EOS and 0-padding
-    (t2t's serving input truncated to max_input_seq_length and could drop the EOS)."""
+    """t2t's text2text inputs in the graph: strings [batch] -> int32 ids [batch, S], each row
+    its tokens cut to `max_length` - 1, then EOS (always last) and 0-padding."""
     tokens = vocabulary.encode_in_graph(texts)[:, :max_length - 1]
     padded = tf.pad(tokens.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]])
     # EOS written after each row's tokens (a ragged concat would add assertion branches to the
@@ -72,10 +49,9 @@ def usable(vocabulary, texts):
 
 
 def score_function(model, encoders: dict, max_length: int):
-    """The "score" signature's tf.function: strings "inputs" [batch] and "targets" [batch] ->
-    {"log_likelihood": float32 [batch], "pieces": int32 [batch]} (scoring's
-    target_log_likelihoods of the tokenized pair; FAILED_SCORE and 0 for a pair with a blank
-    or unencodable side, which does not fail the others)."""
+    """The "score" signature's tf.function: strings "inputs" and "targets" [batch] ->
+    {"log_likelihood": float32, "pieces": int32} [batch]; FAILED_SCORE and 0 for a pair with
+    a blank or unencodable side, which fails no other."""
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
     def score(inputs, targets):
@@ -104,11 +80,9 @@ def n_best_hparams(search_hparams: SearchHParams) -> SearchHParams:
 
 def n_best_function(model, encoders: dict, search_hparams: SearchHParams, max_length: int,
                     jit_compile: bool = False):
-    """The "n_best" signature's tf.function: strings "inputs" [batch] -> {"outputs": string
-    [batch, N], "scores": float32 [batch, N], "log_probs": float32 [batch, N]}, the N =
-    search_hparams.num_hypotheses best of each input, best first (search_hypotheses: the
-    search's scores, and the raw log probabilities that the score signature gives the same
-    pairs); "" and FAILED_SCORE for a sentence not searched (as `serve`)."""
+    """The "n_best" signature's tf.function: strings "inputs" [batch] -> {"outputs", "scores",
+    "log_probs"} [batch, N], the N = num_hypotheses best of each input, best first, with the
+    search's scores and raw log probabilities; "" and FAILED_SCORE for one not searched."""
     count = search_hparams.num_hypotheses
     hypotheses_of = tf.function(
         lambda ids: search_hypotheses(model, ids, search_hparams, fixed_shapes=jit_compile),
@@ -138,18 +112,11 @@ def n_best_function(model, encoders: dict, search_hparams: SearchHParams, max_le
 
 
 class ServingModule(tf.Module):
-    """What the SavedModel holds, and nothing else: the model's weights, the vocabularies'
-    resources and the signatures' functions (`serve`, `score`; signature_functions).
-
-    Keras 3 keeps the encoder and decoder stacks in Python lists that TensorFlow's object graph
-    does not follow (t2t_lite/checkpoints.py), so every weight is tracked here by its Keras
-    path; otherwise the saved graph would capture weights the SavedModel cannot restore.
-
-    The model and the encoders live in the functions' closures, not in attributes: an attribute
-    would put the model's Keras objects into the SavedModel's object graph (about 1,800 for
-    transformer_small, restored by every server and never used), and a tf.function attribute
-    for the search would be saved a second time beside `serve`. Held this way, a server
-    process is about 40 MB smaller once loaded (docs/serving.md).
+    """What the SavedModel holds, and nothing else: the model's weights by Keras path (Keras 3
+    keeps the stacks in lists TensorFlow's object graph does not follow), the vocabularies'
+    resources and the signatures' functions. The model and encoders live in the functions'
+    closures: as attributes, the model's Keras objects would be saved too (about 1,800 for
+    transformer_small, a server about 40 MB bigger) and the search a second time.
     """
 
     def __init__(self, model, encoders: dict, search_hparams: SearchHParams, max_length: int,
@@ -205,13 +172,9 @@ def check_export_dir(export_dir: str, overwrite: bool = False):
 
 
 def save_atomically(module, export_dir: str, write_extras=None):
-    """Saves under atomic_files' hidden temporary name beside export_dir and renames it to
-    export_dir when complete, so a folder named export_dir is always a whole SavedModel
-    (TensorFlow Serving may be watching the parent folder for new versions, and it loads only
-    numbered folders). `write_extras(folder)` adds files before the rename. A write that fails
-    removes the temporary folder; one that finds the disk full is a StorageError naming
-    --export_dir, not TensorFlow's ResourceExhaustedError about a file in the temporary
-    folder."""
+    """Saves under a hidden temporary name renamed to export_dir when complete (with the files
+    `write_extras(folder)` adds), so that a server watching the parent folder sees whole
+    SavedModels only; a full disk is a StorageError naming --export_dir."""
     with reported_full_storage(export_dir, "export_dir"), \
             atomic_files.atomic_folder(export_dir) as temporary:
         tf.saved_model.save(module, temporary, signatures=module.signature_functions())
@@ -232,27 +195,22 @@ def ops_needing_xla(export_dir: str) -> list:
     return sorted({node.op for node in nodes if node.op.startswith("Xla")})
 
 
-def export(problem_name: str, model_name: str, hparams, data_dir: str, output_dir: str,
-           export_dir: str, search_hparams: SearchHParams = SearchHParams(),
+def export(run, export_dir: str, search_hparams: SearchHParams = SearchHParams(),
            checkpoint_path: str = None, jit_compile: bool = False,
            overwrite: bool = False) -> str:
-    """Exports the checkpoint (default: the latest in output_dir) as a SavedModel with the
-    "serving_default" and "score" signatures, and hparams.json beside it (with the
-    vocabulary's record); returns the checkpoint path. A data_dir whose vocabulary is not the
-    one output_dir's hparams.json records is a VocabularyError before anything is written."""
+    """Exports the checkpoint (run.checkpoint's; `run` a decoding.trained_model.TrainedRun) as
+    a SavedModel with its signatures, and hparams.json beside it (with the vocabulary's
+    record); returns the checkpoint path. Another vocabulary in run.data_dir than the
+    recorded one is a VocabularyError before anything is written."""
     check_export_dir(export_dir, overwrite)
-    problem = registry.problem(problem_name)
-    vocabulary = checked_vocabulary(output_dir, problem, data_dir)
-    encoders = problem.feature_encoders(data_dir)
-    # Resolved here, so that the log and the return value name the prefix restored (also for a
-    # folder given); load_model finds that prefix as it is.
-    checkpoint_path = checkpoints.resolve(output_dir, checkpoint_path)
-    model = restoring.load_model(model_name, hparams, problem.vocab_size(data_dir), output_dir,
-                                 checkpoint_path)
-    module = ServingModule(model, encoders, search_hparams, problem.max_length, jit_compile)
+    vocabulary, problem = run.check_vocabulary(), run.problem
+    encoders = problem.feature_encoders(run.data_dir)
+    checkpoint_path = run.checkpoint(checkpoint_path)  # named in the log and returned
+    module = ServingModule(run.load_model(checkpoint_path), encoders, search_hparams,
+                           problem.max_length, jit_compile)
 
     def write_description(folder):
-        save_run_description(folder, problem_name, model_name, hparams, vocabulary)
+        save_run_description(folder, run.problem_name, run.model_name, run.hparams, vocabulary)
 
     save_atomically(module, export_dir, write_description)
     logging.info("exported %s to %s (%s, XLA %s)", checkpoint_path, export_dir,

@@ -6,7 +6,6 @@ import json
 import os
 
 import tensorflow as tf
-from absl import logging
 
 from t2t_lite.storage import output_paths
 from t2t_lite.storage.atomic_files import atomic_write

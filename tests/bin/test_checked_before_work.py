@@ -252,7 +252,7 @@ def test_a_problem_or_model_other_than_the_records_is_refused(untrained_model_di
 
 
 def test_the_records_problem_and_model_may_be_repeated():
-    from t2t_lite.bin.trained_run import recorded_names
+    from t2t_lite.decoding.trained_model import recorded_names
     from t2t_lite.errors import FlagError
     run = {"problem": "algorithmic_copy", "model": "transformer"}
     assert recorded_names(run, "O/hparams.json") == ("algorithmic_copy", "transformer")
@@ -269,7 +269,7 @@ def test_inference_takes_the_record_with_its_own_precision():
     """Beside a record, mixed_precision is taken ("auto": the recorded choice) and what only
     training reads is ignored: the hparams are the record's."""
     from t2t_lite import registry
-    from t2t_lite.bin.trained_run import inference_hparams
+    from t2t_lite.decoding.trained_model import inference_hparams
     recorded = registry.hparams("transformer_tiny").override_from_string(
         "mixed_precision=bfloat16,length_bucketing=each,learning_rate_constant=1.0")
     requested = recorded.override_from_string(

@@ -22,6 +22,7 @@ from t2t_lite.data.vocab import EOS_ID, SymbolVocabulary
 from t2t_lite.decoding.ctranslate2_translator import (EXPORT_RECORD, SENTENCEPIECE_MODEL,
                                                       CTranslate2Engine)
 from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.decoding.trained_model import TrainedRun
 from t2t_lite.models.building import build_model
 from t2t_lite.serving import ctranslate2_export
 
@@ -121,8 +122,8 @@ def test_settings_ctranslate2_has_no_layout_for_are_refused_before_writing(tmp_p
     export_dir = str(tmp_path / "ct2")
     with pytest.raises(ctranslate2_export.CTranslate2ExportError,
                        match="layer_postprocess_sequence='dan'"):
-        ctranslate2_export.export_ctranslate2("algorithmic_copy", "transformer", hparams,
-                                              str(tmp_path), str(tmp_path), export_dir)
+        ctranslate2_export.export_ctranslate2(TrainedRun(
+            str(tmp_path), "algorithmic_copy", "transformer", hparams, str(tmp_path)), export_dir)
     assert not os.path.exists(export_dir)
 
 

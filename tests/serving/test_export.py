@@ -55,10 +55,12 @@ def exported(trained):
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.storage.run_description import saved_run
     from t2t_lite.serving.export import export
+    from t2t_lite.decoding.trained_model import TrainedRun
     data_dir, output_dir = trained
     export_dir = os.path.join(os.path.dirname(output_dir), "export", "1")
-    export("algorithmic_copy", "transformer", saved_run(output_dir)["hparams"], data_dir,
-           output_dir, export_dir, SearchHParams(beam_size=4, alpha=0.6))
+    export(TrainedRun(output_dir, "algorithmic_copy", "transformer",
+                      saved_run(output_dir)["hparams"], data_dir),
+           export_dir, SearchHParams(beam_size=4, alpha=0.6))
     return export_dir
 
 
@@ -214,10 +216,12 @@ def test_exporting_without_a_checkpoint_names_the_output_dir(trained, tmp_path):
     from t2t_lite import registry
     from t2t_lite.serving.export import export
     from t2t_lite.checkpoints import CheckpointError
+    from t2t_lite.decoding.trained_model import TrainedRun
     empty = tmp_path / "untrained"
     with pytest.raises(CheckpointError) as error:
-        export("algorithmic_copy", "transformer", registry.hparams("transformer_tiny"),
-               trained[0], str(empty), str(tmp_path / "export"))
+        export(TrainedRun(str(empty), "algorithmic_copy", "transformer",
+                          registry.hparams("transformer_tiny"), trained[0]),
+               str(tmp_path / "export"))
     assert f"no checkpoint in {empty}" in str(error.value)
     assert f"--output_dir={empty}" in str(error.value)
     assert not os.path.exists(tmp_path / "export")

@@ -20,10 +20,11 @@ def trained(trained_copy_model):
 def exported(trained):
     from t2t_lite.decoding.search import SearchHParams
     from t2t_lite.serving.export import export
+    from t2t_lite.decoding.trained_model import TrainedRun
     data_dir, output_dir, hparams = trained
     export_dir = os.path.join(os.path.dirname(output_dir), "export_bfloat16", "1")
-    export("algorithmic_copy", "transformer", hparams, data_dir, output_dir, export_dir,
-           SearchHParams(beam_size=4, alpha=0.6))
+    export(TrainedRun(output_dir, "algorithmic_copy", "transformer", hparams, data_dir),
+           export_dir, SearchHParams(beam_size=4, alpha=0.6))
     return export_dir
 
 

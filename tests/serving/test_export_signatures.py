@@ -34,9 +34,11 @@ def exported(trained_copy_model):
     (the run records bfloat16 where the CPU has it): bfloat16 rounds the one pass of scoring
     and the search's steps differently, by about 1e-3."""
     from t2t_lite.serving.export import export
+    from t2t_lite.decoding.trained_model import TrainedRun
     data_dir, output_dir, hparams = trained_copy_model
     export_dir = os.path.join(os.path.dirname(output_dir), "export_signatures", "1")
-    export("algorithmic_copy", "transformer", hparams, data_dir, output_dir, export_dir, SEARCH)
+    export(TrainedRun(output_dir, "algorithmic_copy", "transformer", hparams, data_dir),
+           export_dir, SEARCH)
     problem = registry.problem("algorithmic_copy")
     model = restoring.load_model("transformer", hparams, problem.vocab_size(data_dir), output_dir)
     with open(os.path.join(data_dir, "algorithmic_copy-test.inputs.txt")) as handle:

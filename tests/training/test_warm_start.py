@@ -13,7 +13,7 @@ import tensorflow as tf
 from t2t_lite import checkpoints, registry
 from t2t_lite.checkpoints import CheckpointError, DamagedCheckpointError
 from t2t_lite.errors import FlagError
-from t2t_lite.decoding import decoder
+from t2t_lite.decoding import decoder, trained_model
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 from t2t_lite.serving import export
@@ -261,16 +261,18 @@ def test_averaging_decoding_and_export_work_on_the_fine_tuned_run(data_dir, trai
     sources = f"{data_dir}/algorithmic_copy-test.inputs.txt"
     decoded = tmp_path / "decoded.txt"
     greedy = SearchHParams(beam_size=1)
-    scores = decoder.decode_from_file("algorithmic_copy", "transformer", hparams, data_dir,
-                                      str(output_dir), sources, str(decoded),
-                                      f"{data_dir}/algorithmic_copy-test.targets.txt", greedy)
-    assert 0 <= scores["exact_match"] <= 1
+    trained_run = trained_model.open_run(str(output_dir), data_dir)
+    assert trained_run.hparams == hparams
     lines = open(sources).read().splitlines()
+    translations = decoder.write_translations(
+        trained_model.TranslationModel(trained_run).translator(greedy, decoder.TranslatorHParams()),
+        lines, str(decoded), show_progress=False)
+    references = open(f"{data_dir}/algorithmic_copy-test.targets.txt").read().splitlines()
+    assert 0 <= decoder.score(translations, references)["exact_match"] <= 1
     assert len(decoded.read_text().splitlines()) == len(lines)
 
     export_dir = tmp_path / "serving"
-    assert export.export("algorithmic_copy", "transformer", hparams, data_dir, str(output_dir),
-                         str(export_dir), greedy) == second
+    assert export.export(trained_run, str(export_dir), greedy) == second
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
     texts = served(inputs=tf.constant(lines[:3]))["outputs"].numpy()
     assert [text.decode() for text in texts] == decoded.read_text().splitlines()[:3]
