@@ -16,8 +16,8 @@ in device CPU:1 from device CPU:0"):
    optimizer in cross-replica context; the optimizer updates every copy of each variable.
 
 Each training batch is numbered (the batches trained before it, counted from the optimizer's
-step when the first is trained), and the dropout masks are drawn from that number
-(layers.dropout.masks_of_batch), so that a run resumed from a checkpoint trains on the masks of
+step when the first is trained), and the model's Dropout layers draw their masks from that
+number (the model's `dropout_seed`: layers.dropout), so that a run resumed from a checkpoint trains on the masks of
 the run it continues.
 
 Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
@@ -25,7 +25,6 @@ positions) reduced over replicas, from which the caller forms token-weighted ave
 """
 import tensorflow as tf
 
-from t2t_lite.layers.dropout import masks_of_batch
 from t2t_lite.training import losses, output_layer_loss
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -87,16 +86,16 @@ class TrainingSteps:
 
     # --- Per replica (compiled) ---------------------------------------------------------------
 
-    def _counts(self, features, training=False):
+    def _counts(self, features, training=False, dropout_seed=None):
         targets, hp = features["targets"], self.hparams
         if hp.output_layer_chunk_rows:
             loss_sum, tokens, correct = output_layer_loss.loss_sum_tokens_and_correct(
-                self.model.decoder_output(features, training=training),
+                self.model.decoder_output(features, training, dropout_seed),
                 self.model.softmax_weights, targets, hp.label_smoothing,
                 hp.output_layer_chunk_rows, with_gradients=training,
                 fixed_chunk_shape=self.jit_compile)
         else:
-            logits = self.model(features, training=training)
+            logits = self.model(features, training=training, dropout_seed=dropout_seed)
             loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets, hp.label_smoothing)
             correct = losses.correct_tokens(logits, targets)
         padded = real = 0.0
@@ -107,14 +106,10 @@ class TrainingSteps:
                 "padded_tokens": padded, "real_tokens": real}
 
     def _loss_and_gradients(self, features, global_tokens, batch_number=None):
-        # Here, inside the replica's function: MirroredStrategy traces each replica in a thread
-        # of its own, which does not inherit the batch (a context variable).
-        with masks_of_batch(batch_number):
-            with tf.GradientTape() as tape:
-                counts = self._counts(features, training=True)
-                loss = self.optimizer.scale_loss(
-                    counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
-            return counts, tape.gradient(loss, self.model.trainable_variables)
+        with tf.GradientTape() as tape:
+            counts = self._counts(features, training=True, dropout_seed=batch_number)
+            loss = self.optimizer.scale_loss(counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
+        return counts, tape.gradient(loss, self.model.trainable_variables)
 
     # --- Across replicas ------------------------------------------------------------------------
 
