@@ -19,7 +19,10 @@ LAYERS_IMPORT = {"layers"}
 
 
 def part(module: str) -> str:
-    """"t2t_lite.decoding.search" -> "decoding"; "t2t_lite.errors" -> "errors"."""
+    """"t2t_lite.decoding.search" -> "decoding"; "t2t_lite.errors" -> "errors"; the package
+    itself, the front door of the Python API (t2t_lite.train), stands where bin does."""
+    if module == "t2t_lite":
+        return "bin"
     names = module.split(".")
     return names[1] if len(names) > 1 else ""
 

@@ -109,12 +109,12 @@ def check_of_output_run(paths: list, output_dir: str):
 def check_one_run(paths: list):
     """Raises CheckpointError when the checkpoints `paths` hold different run ids (the trainer
     saves its run's in each; the weights of two runs do not average into a model); checkpoints
-    without one (an older version's) are averaged as before, with a warning."""
+    without one are averaged with a warning."""
     run_ids = {path: checkpoints.run_id_of(path) for path in paths}
     unknown = [path for path, run_id in run_ids.items() if run_id is None]
     if unknown:
-        logging.warning("%s hold%s no run id (an older version's checkpoints): averaged without "
-                        "knowing whether they are of one run", ", ".join(unknown),
+        logging.warning("%s hold%s no run id: averaged without knowing whether they are of "
+                        "one run", ", ".join(unknown),
                         "s" if len(unknown) == 1 else "")
     runs = {}
     for path, run_id in run_ids.items():

@@ -17,8 +17,8 @@ in device CPU:1 from device CPU:0"):
 
 Each training batch is numbered (the batches trained before it, counted from the optimizer's
 step when the first is trained), and the model's Dropout layers draw their masks from that
-number (the model's `dropout_seed`: layers.dropout), so that a run resumed from a checkpoint trains on the masks of
-the run it continues.
+number (the model's `dropout_seed`: layers.dropout), so that a run resumed from a checkpoint
+trains on the masks of the run it continues.
 
 Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
 positions) reduced over replicas, from which the caller forms token-weighted averages.
@@ -36,9 +36,7 @@ class TrainingSteps:
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
     return {name: scalar tensor} for the names in COUNTS; `last_batch` is the batch last
-    trained. `model`, `optimizer` and `stop_training` make this object the `model` that Keras
-    callbacks see; a callback that sets `stop_at_once` as well (a signal) stops training
-    without the epoch's evaluation.
+    trained.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
@@ -46,8 +44,6 @@ class TrainingSteps:
         self.optimizer = optimizer
         self.hparams = hparams
         self.strategy = strategy or tf.distribute.get_strategy()
-        self.stop_training = False
-        self.stop_at_once = False
         self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
         self.batches_trained = None  # counted from the optimizer's step at the first batch
         self.last_batch = None  # the batch of the last train_step (NonFiniteLossGuard)
@@ -133,19 +129,6 @@ class TrainingSteps:
         counts = self.strategy.run(lambda features: self.replica_counts(features),
                                    args=(batch,))
         return self._sum_over_replicas(counts)
-
-    def on_any_worker(self, flag: bool) -> bool:
-        """Whether `flag` holds in any process of the run: an all-reduce when the strategy has
-        several replicas, so that every worker takes the same decision (one that stopped alone
-        would leave the others waiting in the next step's all-reduce)."""
-        return self.each_on_any_worker([flag])[0]
-
-    def each_on_any_worker(self, flags: list) -> list:
-        """For each of `flags`, whether it holds in any process of the run (one all-reduce)."""
-        if self.strategy.num_replicas_in_sync == 1:
-            return list(flags)
-        votes = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
-        return [vote > 0 for vote in self.strategy.reduce(SUM, votes, axis=None).numpy()]
 
     def _sum_over_replicas(self, values):
         """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched

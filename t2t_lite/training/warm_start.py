@@ -111,15 +111,13 @@ def _started_from(output_dir: str) -> str:
 
 def _check_vocabulary(source: str, checkpoint: str, described_in: str, problem, data_dir: str):
     """VocabularyError when the vocabulary the source's hparams.json records is not
-    data_dir's; a warning when it records none (an earlier version's record)."""
+    data_dir's, or when it records none."""
     path = description_path(described_in)
     recorded = recorded_vocabulary(described_in)
     current = vocabulary_record(problem, data_dir)
     if recorded is None:
-        logging.warning("%s records no vocabulary (an earlier version wrote it), so nothing "
-                        "tells whether --data_dir=%s holds the one %s was trained on",
-                        path, data_dir, checkpoint)
-        return
+        raise VocabularyError(f"{FLAG}={source}: {path} records no vocabulary, so nothing "
+                              f"tells whether --data_dir={data_dir} holds {checkpoint}'s")
     if not same_vocabulary(recorded, current):
         raise VocabularyError(
             f"{FLAG}={source}: --data_dir={data_dir} holds another vocabulary than "
