@@ -1,26 +1,13 @@
-"""Dropout (paper §5.4, Srivastava et al. 2014) with a cheaper mask than Keras's.
+"""Dropout (paper §5.4, Srivastava et al. 2014) with a cheaper mask than Keras's: 16 random
+bits per element (one Philox uint32 gives two), the mask made in one select of two scalars and
+the output x * mask, whose gradient is g * mask (Keras's stateless_dropout draws a float32 per
+element, then a zeros_like and a select, each a pass over the attention weights on a CPU).
 
-keras.layers.Dropout calls tf.nn.experimental.stateless_dropout, which draws one float32 from
-Philox per element, then builds the output with zeros_like and a select; its gradient is another
-zeros_like and select. On a CPU without XLA each of these is a pass over the whole tensor, and
-the attention weights ([batch, heads, length, length]) are the largest tensors of the step.
-
-Here each element gets 16 random bits (one Philox uint32 gives two elements, half the random
-numbers), the mask is made in one select of two scalars, and the output is x * mask, whose
-gradient is g * mask: one pass instead of a zeros_like and a select.
-
-An element is kept when its 16 bits are at least round(rate * 65536), so the rate that is
-applied is that count / 65536 (0.1 → 0.100006); the scale is 65536 / (kept count), so that
-E[output] = x exactly, as inverted dropout promises.
-
-Under a tf.distribute strategy with several replicas, each replica folds its id into the seed.
-Keras's SeedGenerator keeps one state for all replicas, so without this every GPU (or worker)
-would drop the same positions of its share of the batch: a batch split over N replicas would
-get N copies of one mask instead of N independent masks. With one replica the seed is Keras's.
-
-Called with a `seed` (in training, the batch's number: training/step.py), a layer's mask is a
-function of its own seed and that number, not of the SeedGenerator's running state, which
-checkpoints do not hold: a resumed run draws the masks of the run it continues.
+An element is kept when its bits are at least round(rate * 65536) (the rate applied is that
+count / 65536) and scaled by 65536 / (kept count), so that E[output] = x. Under several
+replicas each folds its id into the seed (Keras's SeedGenerator gives all the same one). Called
+with a `seed` (in training, the batch's number), a layer's mask is a function of its own seed
+and that number, not of the generator's running state, which checkpoints do not hold.
 """
 import keras
 import tensorflow as tf

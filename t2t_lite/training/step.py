@@ -1,27 +1,11 @@
 """One training or evaluation step of a model under any tf.distribute strategy, with or
-without XLA (`jit_compile`; the trainer turns it on where it pays, on GPUs and TPUs, and leaves
-it off on CPUs: trainer.xla_pays).
-
-The arrangement that can compile each replica's step with XLA under MirroredStrategy and
-MultiWorkerMirroredStrategy alike (Keras 3 `fit` supports neither: keras-team/keras#20585, and
-`fit(jit_compile=True)` over two CPU devices fails with "Trying to access resource ... located
-in device CPU:1 from device CPU:0"):
-
-1. In cross-replica context, the non-pad target tokens of the global batch are counted
-   (tensor2tensor divides the summed loss by them, so the result does not depend on how the
-   batch is split between replicas).
-2. Each replica runs a plain Python function that calls one compiled function (XLA-compiled
-   under jit_compile): forward pass, label-smoothed loss over the global token count, gradients.
-3. The replicas' gradients are summed in one batched all-reduce, clipped, and applied once by the
-   optimizer in cross-replica context; the optimizer updates every copy of each variable.
-
-Each training batch is numbered (the batches trained before it, counted from the optimizer's
-step when the first is trained), and the model's Dropout layers draw their masks from that
-number (the model's `dropout_seed`: layers.dropout), so that a run resumed from a checkpoint
-trains on the masks of the run it continues.
-
-Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
-positions) reduced over replicas, from which the caller forms token-weighted averages.
+without XLA (`jit_compile`: trainer.xla_pays), in the arrangement that compiles each replica's
+step under MirroredStrategy and MultiWorkerMirroredStrategy alike (Keras 3 `fit` does neither:
+keras-team/keras#20585): the global batch's target tokens counted across replicas (t2t divides
+the summed loss by them), each replica's forward and backward pass in one compiled function,
+the gradients summed in one batched all-reduce and applied once by the optimizer. Each training
+batch's number is the model's `dropout_seed` (layers.dropout), so that a resumed run trains on
+the masks of the run it continues. Each step returns the batch's sums (COUNTS), over replicas.
 """
 import tensorflow as tf
 

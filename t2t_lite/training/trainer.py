@@ -27,8 +27,8 @@ from t2t_lite.training import distribution, warm_start
 from t2t_lite.training.adam import Adam
 from t2t_lite.training import best
 from t2t_lite.training.data_watch import DataWatch
-from t2t_lite.training.loop import (CheckpointSaver, NonFiniteLossError,  # noqa: F401
-                                    NonFiniteLossGuard, Trainer, current_step, is_dev_metric)
+from t2t_lite.training.loop import (CheckpointSaver, NonFiniteLossGuard, Trainer,
+                                    current_step, is_dev_metric)
 from t2t_lite.training.schedules import LearningRateSchedule
 from t2t_lite.training.signals import Interrupted, SignalWatch, StoppedBySignal
 from t2t_lite.training.step import TrainingSteps

@@ -1,30 +1,8 @@
-"""Fine-tuning from a trained model: a new run that starts from another run's weights
-(tensor2tensor's --warm_start_from; fairseq's --restore-file with --reset-optimizer; Marian's
---pretrained-model).
-
-The new run takes the model's weights only: it starts at step 0 with a fresh Adam (its moments
-zero), its own hparams and learning-rate schedule (the warmup again) and a run id of its own,
-so that its checkpoints average among themselves as any run's do. The source is
-`--warm_start_from=SOURCE`, one of
-
-  - a trained output folder O: its latest checkpoint;
-  - a folder holding a `checkpoint` state file (O/best, O/averaged/model.ckpt): the checkpoint
-    it names;
-  - a checkpoint prefix (O/model.ckpt-1000).
-
-Its hparams.json is the one in the checkpoint's folder or the folder above (where the averager
-keeps its copy beside O/averaged/model.ckpt). Before anything is written (`checked_source`),
-the vocabulary it records must be --data_dir's (run_description.same_vocabulary), and every
-model variable must be in the checkpoint with the shape the new hparams give it, and no other
-model variable there: the hparams that shape the model (hidden_size, filter_size, num_heads,
-the layers, the embeddings' sharing) must be the source's, while those that only train it
-(dropout, label smoothing, the learning rate and its warmup, batch_size, max_length) may
-change. Each refusal is one CheckpointError (a VocabularyError for the vocabulary) naming
-the source and the new side; a damaged source is a DamagedCheckpointError.
-
-An output_dir that already holds checkpoints resumes from them and SOURCE is not used, with a
-line saying so: as in tensor2tensor, whose Estimator restored model_dir's checkpoint rather than
-warm-starting, the same command rerun after an interruption resumes the fine-tuning.
+"""Fine-tuning from a trained model (tensor2tensor's --warm_start_from): a new run that starts
+from another run's weights, at step 0 with a fresh Adam, its own hparams and schedule and a run
+id of its own. `checked_source` finds the source's checkpoint (an output folder, a folder with
+a `checkpoint` file, a prefix) and checks, before anything is written, that its vocabulary and
+model fit the new run; docs/training.md lists what must match and what may change.
 """
 
 import tensorflow as tf
