@@ -1,7 +1,8 @@
 """t2t_lite.train, the Python API of the trainer: stock Keras callbacks in the loop (one that
 reads the weights at every epoch end, and CSVLogger) beside --keep_best=bleu and early stopping
 change nothing: the same O/best (weights and best.json) and the same stop step as the run
-without them. An unknown setting is one error naming it, with a did-you-mean."""
+without them (its hparams given as a dict, the other's as a string). An unknown setting is one
+error naming it, with a did-you-mean."""
 import csv
 import json
 
@@ -40,10 +41,10 @@ class ReadsWeights(keras.callbacks.Callback):
                           sum(float(np.abs(weight).sum()) for weight in self.model.get_weights())))
 
 
-def train(data_dir, output_dir, *callbacks):
+def train(data_dir, output_dir, *callbacks, hparams=TINY):
     keras.backend.clear_session()  # the variables' names of a new process
     return t2t_lite.train("algorithmic_copy", data_dir, str(output_dir),
-                          hparams_set="transformer_tiny", hparams=TINY,
+                          hparams_set="transformer_tiny", hparams=hparams,
                           callbacks=[ScriptedBleu(), *callbacks], train_steps=100, eval_every=10,
                           eval_steps=1, eval_bleu_sentences=0, save_checkpoints_steps=10,
                           log_every_steps=100, keep_best="bleu", early_stopping_patience=2)
@@ -58,7 +59,9 @@ def model_weights(checkpoint: str) -> dict:
 def test_stock_keras_callbacks_change_neither_the_best_nor_the_stop(data_dir, tmp_path):
     plain = train(data_dir, tmp_path / "plain")
     reads, log = ReadsWeights(), tmp_path / "log.csv"
-    watched = train(data_dir, tmp_path / "watched", reads, keras.callbacks.CSVLogger(str(log)))
+    as_dict = dict(override.split("=") for override in TINY.split(","))  # the same hparams
+    watched = train(data_dir, tmp_path / "watched", reads, keras.callbacks.CSVLogger(str(log)),
+                    hparams=as_dict)
     assert plain.step == watched.step == STOP
     assert [entry["step"] for entry in watched.evaluations] == list(range(10, STOP + 1, 10))
     assert [entry["val_bleu"] for entry in watched.evaluations] == [
