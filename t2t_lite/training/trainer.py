@@ -283,7 +283,8 @@ def train(problem_name: str, model_name: str, hparams, data_dir: str, output_dir
                      DataWatch(problem, data_dir, ("train", "dev"), output_dir))
     if config.warm_start_from:  # checked before anything is written; None: output_dir resumes
         config = dataclasses.replace(config, warm_start_from=warm_start.checked_source(
-            config.warm_start_from, output_dir, problem, data_dir, model_name, hparams))
+            config.warm_start_from, output_dir,
+            warm_start.NewRun(problem, data_dir, model_name, hparams)))
     watch = signal_watch or SignalWatch()
     try:
         # The chief writes the folder; the other workers' writes are named by its flag too.
