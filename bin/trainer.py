@@ -15,7 +15,6 @@ Fine-tuning a trained model on new data (t2t's --warm_start_from; docs/training.
 import signal
 import sys
 
-from t2t_lite import registry
 from t2t_lite.bin import common
 from t2t_lite.bin.common import FLAGS, flags
 
@@ -87,10 +86,11 @@ def define_flags():
 
 
 def main(argv, signal_watch=None):
-    """Trains as the flags say; `signal_watch` (signals.SignalWatch): the handler of SIGTERM
-    and SIGINT that run() installed, with SIGTERM held until the strategy exists."""
-    from t2t_lite.decoding.dev_bleu import DevBleu
-    from t2t_lite.training import best, distribution, trainer
+    """Trains as the flags say (t2t_lite.train); `signal_watch` (signals.SignalWatch): the
+    handler of SIGTERM and SIGINT that run() installed, with SIGTERM held until the strategy
+    exists."""
+    import t2t_lite
+    from t2t_lite.training import distribution, trainer
     # First: the thread pools and the multi-worker strategy, before any other TensorFlow work.
     common.set_threads_from_flags()
     strategy = distribution.choose_strategy(FLAGS.devices)
@@ -98,25 +98,11 @@ def main(argv, signal_watch=None):
         signal_watch.keep_until_loop = distribution.cluster_workers() > 1
         signal_watch.release_sigterm()
     common.check_inputs_reachable("data_dir", "warm_start_from")  # --output_dir: in train
-    config = trainer.RunConfig(
-        train_steps=FLAGS.train_steps, train_minutes=FLAGS.train_minutes,
-        eval_steps=FLAGS.eval_steps, eval_every=FLAGS.eval_every,
-        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-        keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_every_steps=FLAGS.log_every_steps,
-        jit_compile=FLAGS.jit_compile, seed=FLAGS.seed, devices=tuple(FLAGS.devices),
-        allow_unverified_data=FLAGS.allow_unverified_data, keep_best=FLAGS.keep_best,
-        early_stopping_patience=FLAGS.early_stopping_patience,
-        early_stopping_min_delta=FLAGS.early_stopping_min_delta,
-        warm_start_from=FLAGS.warm_start_from)
-    # On every worker (the chief alone measures BLEU): one that went on alone would wait.
-    best.check_measured(config, ["val_bleu"] if FLAGS.eval_bleu_sentences else [])
-    callbacks = []
-    if FLAGS.eval_bleu_sentences and distribution.is_chief(strategy):
-        callbacks.append(DevBleu(registry.problem(FLAGS.problem), FLAGS.data_dir,
-                                 FLAGS.output_dir, FLAGS.eval_bleu_sentences))
     try:
-        trainer.train(FLAGS.problem, FLAGS.model, common.hparams_from_flags(), FLAGS.data_dir,
-                      FLAGS.output_dir, config, callbacks, strategy, signal_watch)
+        t2t_lite.train(FLAGS.problem, FLAGS.data_dir, FLAGS.output_dir, model=FLAGS.model,
+                       hparams_set=common.hparams_from_flags(), strategy=strategy,
+                       signal_watch=signal_watch,
+                       **{name: FLAGS[name].value for name in trainer.SETTINGS})
     except trainer.StoppedBySignal as stop:  # one line, and the signal's exit status
         print(stop, file=sys.stderr)
         sys.exit(stop.exit_status)

@@ -90,3 +90,16 @@ def average_checkpoints(output_dir: str, out: str, num_last: int = None,
     with outputs.opened(output):
         averaging.check_out(out)
         return averaging.average(output_dir, paths, out), paths
+
+
+def train(problem, data_dir, output_dir, *, model="transformer", hparams_set="transformer_base",
+          hparams="", callbacks=(), **settings):
+    """Trains `model` (`hparams_set` with the `hparams` overrides, "a=1,b=2" or a dict) on
+    `problem`'s data in data_dir into output_dir, resuming from its checkpoints, with the Keras
+    `callbacks` in the loop; `settings`: t2t_lite-trainer's flags by name (train_steps=1000,
+    keep_best="bleu", ...). Returns a TrainingResult: the model, the step reached and the
+    evaluations (t2t_lite.training.trainer.train_problem)."""
+    from t2t_lite.decoding.dev_bleu import DevBleu  # the dev BLEU of eval_bleu_sentences
+    from t2t_lite.training.trainer import train_problem
+    return train_problem(problem, data_dir, output_dir, model=model, hparams_set=hparams_set,
+                         hparams=hparams, callbacks=callbacks, dev_bleu=DevBleu, **settings)

@@ -5,25 +5,10 @@ with the trained model and with its CTranslate2 export."""
 import os
 import re
 
-from program_runs import joined, run
+from program_runs import run
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                     "python.md")
-# Until t2t_lite.train is merged, the docs' training block runs as t2t_lite-trainer, on a
-# smaller model (for the test's time) that copies the sentences: set it to False then.
-TRAIN_THROUGH_THE_PROGRAM = True
-TRAINER_FLAGS = ["--problem=algorithmic_copy", "--hparams_set=transformer_tiny",
-                 "--hparams=" + joined("hidden_size=32,filter_size=64,num_heads=2",
-                                       "num_hidden_layers=1,batch_size=512",
-                                       "max_length=22,min_length_bucket=22",
-                                       "learning_rate_warmup_steps=100",
-                                       "learning_rate_constant=1.0",
-                                       "layer_prepostprocess_dropout=0,attention_dropout=0",
-                                       "relu_dropout=0"),
-                 "--data_dir=copy/data", "--output_dir=copy/train", "--train_steps=300",
-                 "--save_checkpoints_steps=150", "--eval_steps=0", "--eval_bleu_sentences=0"]
-
-
 def blocks() -> list:
     with open(DOCS, encoding="utf-8") as handle:
         return re.findall(r"```python\n(.*?)```", handle.read(), re.S)
@@ -62,10 +47,6 @@ def test_the_python_examples_run_and_give_what_the_decoder_writes(tmp_path, monk
                         {"train": 10_000, "dev": 100, "test": 100})
     namespace = {}
     for block in blocks():
-        if "t2t_lite.train(" in block and TRAIN_THROUGH_THE_PROGRAM:
-            status, output = run("trainer", *TRAINER_FLAGS)
-            assert status == 0, output
-            continue
         exec(compile(block, DOCS, "exec"), namespace)
 
     sentences, references = namespace["sentences"], namespace["references"]

@@ -114,7 +114,7 @@ class MultiHeadAttention(LayerWithKernels):
         cache: decoding: the FixedLengthCache of this self-attention's earlier positions (the
             query rows' own position is added), or the MemoryCache of `memory`.
         position: decoding with a self-attention cache: the query rows' position.
-        training: enables dropout.
+        training: enables dropout; dropout_seed: Dropout's `seed` (layers.dropout).
         return_attention_scores: also return the weights [batch, heads, queries, keys] (float32,
             before dropout).
 
@@ -150,7 +150,7 @@ class MultiHeadAttention(LayerWithKernels):
         self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, query, memory=None, bias=None, cache=None, position=None, training=False,
-             return_attention_scores=False):
+             dropout_seed=None, return_attention_scores=False):
         memory_rows = None
         if isinstance(cache, MemoryCache):
             key, value = cache
@@ -166,7 +166,8 @@ class MultiHeadAttention(LayerWithKernels):
         q = q * (self.depth_per_head**-0.5)
         # §3.2.1 Scaled Dot-Product Attention on the heads, then the output projection.
         weights = self.attention_weights(q, key, bias)
-        dropped = ops.cast(self.weights_dropout(weights, training=training), value.dtype)
+        dropped = ops.cast(self.weights_dropout(weights, training=training, seed=dropout_seed),
+                           value.dtype)
         output = self.output_dense(
             self.combine_heads(ops.matmul(dropped, value), rows=len(query.shape) == 2))
         extras = (((weights,) if return_attention_scores else ())

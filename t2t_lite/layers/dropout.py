@@ -1,32 +1,14 @@
-"""Dropout (paper §5.4, Srivastava et al. 2014) with a cheaper mask than Keras's.
+"""Dropout (paper §5.4, Srivastava et al. 2014) with a cheaper mask than Keras's: 16 random
+bits per element (one Philox uint32 gives two), the mask made in one select of two scalars and
+the output x * mask, whose gradient is g * mask (Keras's stateless_dropout draws a float32 per
+element, then a zeros_like and a select, each a pass over the attention weights on a CPU).
 
-keras.layers.Dropout calls tf.nn.experimental.stateless_dropout, which draws one float32 from
-Philox per element, then builds the output with zeros_like and a select; its gradient is another
-zeros_like and select. On a CPU without XLA each of these is a pass over the whole tensor, and
-the attention weights ([batch, heads, length, length]) are the largest tensors of the step.
-
-Here each element gets 16 random bits (one Philox uint32 gives two elements, half the random
-numbers), the mask is made in one select of two scalars, and the output is x * mask, whose
-gradient is g * mask: one pass instead of a zeros_like and a select.
-
-An element is kept when its 16 bits are at least round(rate * 65536), so the rate that is
-applied is that count / 65536 (0.1 → 0.100006); the scale is 65536 / (kept count), so that
-E[output] = x exactly, as inverted dropout promises.
-
-Under a tf.distribute strategy with several replicas, each replica folds its id into the seed.
-Keras's SeedGenerator keeps one state for all replicas, so without this every GPU (or worker)
-would drop the same positions of its share of the batch: a batch split over N replicas would
-get N copies of one mask instead of N independent masks. With one replica the seed is Keras's.
-
-In training (TrainingSteps, inside `masks_of_batch`) a layer's mask is a function of its seed
-and the number of the training batch, not of the SeedGenerator's running state: checkpoints
-hold the model's weights, not those states, so a run resumed from a checkpoint would otherwise
-draw the masks of its first batches again, and train on other masks than the uninterrupted
-run.
+An element is kept when its bits are at least round(rate * 65536) (the rate applied is that
+count / 65536) and scaled by 65536 / (kept count), so that E[output] = x. Under several
+replicas each folds its id into the seed (Keras's SeedGenerator gives all the same one). Called
+with a `seed` (in training, the batch's number), a layer's mask is a function of its own seed
+and that number, not of the generator's running state, which checkpoints do not hold.
 """
-import contextlib
-import contextvars
-
 import keras
 import tensorflow as tf
 
@@ -61,42 +43,13 @@ def replica_seed(seed):
     return tf.random.experimental.stateless_fold_in(seed, replica, alg="philox")
 
 
-class _BatchDraws:
-    """The training batch whose masks the Dropout layers draw, and how many masks each layer
-    has drawn for it (a layer called twice in one batch gets two masks)."""
-
-    def __init__(self, batch_number):
-        self.batch_number = tf.cast(batch_number, tf.int64)
-        self.calls = {}
-
-    def seed(self, layer) -> tf.Tensor:
-        """[2] int64: the layer's seed (the first half of its SeedGenerator's state, which
-        `next` leaves as it is; keras.utils.set_random_seed makes it the same in every run)
-        with the batch number and the layer's call index folded in."""
-        index = self.calls.get(id(layer), 0)
-        self.calls[id(layer)] = index + 1
-        layer_seed = tf.cast(layer.seed_generator.state.value[0], tf.int64)
-        seed = tf.random.experimental.stateless_fold_in(
-            tf.stack([layer_seed, tf.constant(0, tf.int64)]), self.batch_number, alg="philox")
-        if index:
-            seed = tf.random.experimental.stateless_fold_in(seed, index, alg="philox")
-        return seed
-
-
-_BATCH = contextvars.ContextVar("t2t_lite_dropout_batch", default=None)
-
-
-@contextlib.contextmanager
-def masks_of_batch(batch_number):
-    """Within it (while a training step is traced, in the thread of each replica), every
-    Dropout draws its mask from its seed and `batch_number` (a scalar tensor: the training
-    batches before this one), so that a resumed run draws the masks of the run it continues;
-    outside it, or with None, from its SeedGenerator's state, as Keras's Dropout."""
-    token = _BATCH.set(None if batch_number is None else _BatchDraws(batch_number))
-    try:
-        yield
-    finally:
-        _BATCH.reset(token)
+def folded_seed(layer_seed, numbers) -> tf.Tensor:
+    """[2]: [layer_seed, 0] (int64) with each of `numbers` (a scalar or a tuple of them) folded
+    in, in turn (Philox; the result takes the dtype of the last number folded)."""
+    seed = tf.stack([tf.cast(layer_seed, tf.int64), tf.constant(0, tf.int64)])
+    for number in numbers if isinstance(numbers, tuple) else (numbers,):
+        seed = tf.random.experimental.stateless_fold_in(seed, number, alg="philox")
+    return seed
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -105,8 +58,13 @@ class Dropout(keras.layers.Dropout):
     1/65536) and scales the others so that the expected output is the input.
 
     Same arguments, seed handling (a Keras SeedGenerator: a new mask on every call,
-    reproducible from `seed`) and config as keras.layers.Dropout, without noise_shape; within
-    `masks_of_batch`, a mask per training batch instead.
+    reproducible from `seed`) and config as keras.layers.Dropout, without noise_shape.
+
+    Call arguments:
+        inputs; training: enables dropout.
+        seed: None, or an int64 scalar (or a tuple of them) folded into the layer's seed (the
+            first half of its SeedGenerator's state, which `next` leaves as it is): the mask
+            is then a function of the two (folded_seed), whatever was drawn before.
     """
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
@@ -114,17 +72,16 @@ class Dropout(keras.layers.Dropout):
             raise ValueError("t2t_lite Dropout: noise_shape is not supported")
         super().__init__(rate, seed=seed, **kwargs)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, seed=None):
         if not training or self.rate <= 0:
             return inputs
         if self.rate >= 1:
             return tf.zeros_like(inputs)
         threshold, scale = threshold_and_scale(self.rate)
-        batch = _BATCH.get()
-        if batch is not None:
-            seed = batch.seed(self)
-        else:
+        if seed is None:
             seed = tf.cast(self.seed_generator.next(), tf.int64)
+        else:
+            seed = folded_seed(self.seed_generator.state.value[0], seed)
         seed = replica_seed(seed)
         bits = random_uint16(tf.shape(inputs), seed)
         mask = tf.where(bits >= tf.constant(threshold, tf.uint16),

@@ -70,15 +70,18 @@ class TokenEmbedding(keras.layers.Layer):
                 "hidden_size": self.hidden_size, "pad_id": self.pad_id}
 
 
-def make_embeddings(vocab_size, hidden_size, pad_id, shared):
+def make_embeddings(vocab_size, hidden_size, pad_id, shared, dtype=None):
     """The (source, target, softmax) embeddings of a sequence-to-sequence model.
 
     With `shared` (hparams.shared_embedding_and_softmax_weights, paper §3.4) the three are one
     TokenEmbedding, so one matrix embeds source and target tokens and projects to the softmax;
-    otherwise each role gets its own matrix. Each zeroes the embedding of `pad_id`.
+    otherwise each role gets its own matrix. Each zeroes the embedding of `pad_id`; `dtype`: their
+    dtype policy.
     """
     if shared:
-        embedding = TokenEmbedding(vocab_size, hidden_size, pad_id, name="shared_embedding")
+        embedding = TokenEmbedding(vocab_size, hidden_size, pad_id, name="shared_embedding",
+                                   dtype=dtype)
         return embedding, embedding, embedding
-    return tuple(TokenEmbedding(vocab_size, hidden_size, pad_id, name=f"{role}_embedding")
+    return tuple(TokenEmbedding(vocab_size, hidden_size, pad_id, name=f"{role}_embedding",
+                                dtype=dtype)
                  for role in ("source", "target", "softmax"))

@@ -20,7 +20,7 @@ class FeedForward(LayerWithKernels):
 
     Call arguments:
         x: [batch, length, d].
-        training: enables dropout.
+        training: enables dropout; dropout_seed: Dropout's `seed` (layers.dropout).
     """
 
     def __init__(self, filter_size, dropout=0.0, kernel_initializer=None, **kwargs):
@@ -39,8 +39,8 @@ class FeedForward(LayerWithKernels):
         self.filter_dense.build(input_shape)
         self.output_dense.build(tuple(input_shape[:-1]) + (self.filter_size,))
 
-    def call(self, x, training=False):
-        hidden = self.relu_dropout(self.filter_dense(x), training=training)
+    def call(self, x, training=False, dropout_seed=None):
+        hidden = self.relu_dropout(self.filter_dense(x), training=training, seed=dropout_seed)
         return self.output_dense(hidden)
 
     def compute_output_shape(self, input_shape):

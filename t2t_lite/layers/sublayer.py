@@ -54,7 +54,7 @@ class LayerProcess(keras.layers.Layer):
     Call arguments:
         x: [..., d].
         residual: the tensor "a" adds; required when the sequence contains "a".
-        training: enables dropout.
+        training: enables dropout; dropout_seed: Dropout's `seed` (layers.dropout).
     """
 
     def __init__(self, sequence="none", dropout=0.0, epsilon=1e-6, **kwargs):
@@ -75,13 +75,13 @@ class LayerProcess(keras.layers.Layer):
             self.norms.append(norm)
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
-    def call(self, x, residual=None, training=False):
+    def call(self, x, residual=None, training=False, dropout_seed=None):
         norms = iter(self.norms)
         for operation in self.operations:
             if operation == "n":
                 x = next(norms)(x)
             elif operation == "d":
-                x = self.dropout_layer(x, training=training)
+                x = self.dropout_layer(x, training=training, seed=dropout_seed)
             else:
                 if residual is None:
                     raise ValueError(f"sequence {self.sequence!r} adds a residual: pass one")
@@ -115,7 +115,7 @@ class SublayerConnection(keras.layers.Layer):
             It may return a tuple
             (output, *extras), e.g. with attention weights or an updated cache; the connection
             then returns (processed output, *extras).
-        training: enables dropout.
+        training: enables dropout; dropout_seed: Dropout's `seed` (layers.dropout).
     """
 
     def __init__(self, preprocess="n", postprocess="da", dropout=0.0, epsilon=1e-6, **kwargs):
@@ -137,11 +137,12 @@ class SublayerConnection(keras.layers.Layer):
         self.pre.build(input_shape)
         self.post.build(input_shape)
 
-    def call(self, x, sublayer, training=False):
-        y = sublayer(self.pre(x, training=training))
+    def call(self, x, sublayer, training=False, dropout_seed=None):
+        y = sublayer(self.pre(x, training=training, dropout_seed=dropout_seed))
         if isinstance(y, tuple):
-            return (self.post(y[0], residual=x, training=training),) + y[1:]
-        return self.post(y, residual=x, training=training)
+            return (self.post(y[0], residual=x, training=training,
+                              dropout_seed=dropout_seed),) + y[1:]
+        return self.post(y, residual=x, training=training, dropout_seed=dropout_seed)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -18,16 +18,13 @@ def build_model(model_name: str, hparams, vocab_size: int, for_inference: bool =
     than at every use, which in a search is at every step. The values computed are the same:
     either way the embedding matrix (float32 logits: layers.embedding) and the layer norms'
     scales and offsets (which Keras never casts: layers.sublayer) stay float32."""
-    previous_policy = keras.config.dtype_policy()
+    policy = "float32"
     if hparams.compute_dtype != "float32":
-        prefix = "" if for_inference else "mixed_"
-        keras.config.set_dtype_policy(f"{prefix}{hparams.compute_dtype}")
-    try:
-        # Named, not auto-named: the optimizer's slots are named after the model's path
-        # ("adam/transformer_..."), which a second model built in one process would change.
-        model = registry.model(model_name)(hparams, vocab_size, name=model_name)
-        tokens = tf.ones([1, 2], tf.int32)
-        model({"inputs": tokens, "targets": tokens}, training=False)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+        policy = f"{'' if for_inference else 'mixed_'}{hparams.compute_dtype}"
+    # Named, not auto-named: the optimizer's slots are named after the model's path
+    # ("adam/transformer_..."), which a second model built in one process would change.
+    model = registry.model(model_name)(hparams, vocab_size, name=model_name,
+                                       dtype=keras.DTypePolicy(policy))
+    tokens = tf.ones([1, 2], tf.int32)
+    model({"inputs": tokens, "targets": tokens}, training=False)
     return model

@@ -102,7 +102,9 @@ class EncoderLayer(_TransformerLayer):
 
     Call arguments:
         x: [batch, length, d]; bias: padding_bias of the source; training: enables dropout;
-        return_attention_scores: also return {"self_attention": [batch, heads, length, length]}.
+        dropout_seed: None, or the int64 number every Dropout folds into its seed (the trainer's
+        batch number: layers.dropout); return_attention_scores: also return
+        {"self_attention": [batch, heads, length, length]}.
     """
 
     def build(self, x_shape):
@@ -114,17 +116,19 @@ class EncoderLayer(_TransformerLayer):
                       self.feed_forward_connection):
             layer.build(x_shape)
 
-    def call(self, x, bias=None, training=False, return_attention_scores=False):
+    def call(self, x, bias=None, training=False, dropout_seed=None,
+             return_attention_scores=False):
         def self_attention(y):
             return self.self_attention(y, bias=bias, training=training,
-                                       return_attention_scores=True)
+                                       dropout_seed=dropout_seed, return_attention_scores=True)
 
         def feed_forward(y):
-            return self.feed_forward(y, training=training)
+            return self.feed_forward(y, training=training, dropout_seed=dropout_seed)
 
         x, weights = self.self_attention_connection(x, sublayer=self_attention,
-                                                    training=training)
-        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+                                                    training=training, dropout_seed=dropout_seed)
+        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training,
+                                         dropout_seed=dropout_seed)
         return (x, {"self_attention": weights}) if return_attention_scores else x
 
 
@@ -138,8 +142,8 @@ class DecoderLayer(_TransformerLayer):
     Call arguments:
         x: [batch, target_length, d]; encoder_output: [batch, source_length, d];
         self_attention_bias: causal_bias; encoder_decoder_bias: padding_bias of the source;
-        training: enables dropout; return_attention_scores: also return the weights of both
-        attentions as {"self_attention": ..., "encoder_decoder": ...}.
+        training, dropout_seed: as EncoderLayer's; return_attention_scores: also return the
+        weights of both attentions as {"self_attention": ..., "encoder_decoder": ...}.
     """
 
     def build(self, x_shape, encoder_output_shape=None):
@@ -155,18 +159,18 @@ class DecoderLayer(_TransformerLayer):
             layer.build(x_shape)
 
     def call(self, x, encoder_output, self_attention_bias=None, encoder_decoder_bias=None,
-             training=False, return_attention_scores=False):
+             training=False, dropout_seed=None, return_attention_scores=False):
         def self_attention(y):
             return self.self_attention(y, bias=self_attention_bias, training=training,
-                                       return_attention_scores=True)
+                                       dropout_seed=dropout_seed, return_attention_scores=True)
 
         def encoder_decoder_attention(y):
             return self.encoder_decoder_attention(y, encoder_output, bias=encoder_decoder_bias,
-                                                  training=training,
+                                                  training=training, dropout_seed=dropout_seed,
                                                   return_attention_scores=True)
 
-        x, self_weights, cross_weights = self._sublayers(x, self_attention,
-                                                         encoder_decoder_attention, training)
+        x, self_weights, cross_weights = self._sublayers(
+            x, self_attention, encoder_decoder_attention, training, dropout_seed)
         if return_attention_scores:
             return x, {"self_attention": self_weights, "encoder_decoder": cross_weights}
         return x
@@ -191,17 +195,20 @@ class DecoderLayer(_TransformerLayer):
                                                      encoder_decoder_attention, training=False)
         return x, self_attention_cache
 
-    def _sublayers(self, x, self_attention, encoder_decoder_attention, training):
+    def _sublayers(self, x, self_attention, encoder_decoder_attention, training,
+                   dropout_seed=None):
         """The three sublayers in their connections (Figure 1, right); each attention returns
         (output, what the caller wants of it: weights or a cache), which this returns after x."""
         def feed_forward(y):
-            return self.feed_forward(y, training=training)
+            return self.feed_forward(y, training=training, dropout_seed=dropout_seed)
 
         x, self_extra = self.self_attention_connection(x, sublayer=self_attention,
-                                                       training=training)
+                                                       training=training, dropout_seed=dropout_seed)
         x, cross_extra = self.encoder_decoder_connection(x, sublayer=encoder_decoder_attention,
-                                                         training=training)
-        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training)
+                                                         training=training,
+                                                         dropout_seed=dropout_seed)
+        x = self.feed_forward_connection(x, sublayer=feed_forward, training=training,
+                                         dropout_seed=dropout_seed)
         return x, self_extra, cross_extra
 
 
@@ -274,6 +281,8 @@ class Transformer(keras.Model):
     Call arguments:
         features: {"inputs": int [batch, source_length], "targets": int [batch, target_length]}.
         training: enables dropout.
+        dropout_seed: None (each Dropout's next seed, as Keras'), or an int64 number (the
+            trainer's batch number) that every Dropout folds into its own seed.
 
     Returns float32 logits [batch, target_length, vocab_size]; position i predicts targets[:, i]
     from targets[:, :i] and the inputs.
@@ -283,15 +292,17 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         hp = self.hparams = hparams
         self.vocab_size = vocab_size
+        dtype = self.dtype_policy  # the model's (`dtype=`), passed to every layer
         self.source_embedding, self.target_embedding, self.softmax_embedding = make_embeddings(
-            vocab_size, hp.hidden_size, PAD_ID, hp.shared_embedding_and_softmax_weights)
-        self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal")
+            vocab_size, hp.hidden_size, PAD_ID, hp.shared_embedding_and_softmax_weights, dtype)
+        self.add_timing_signal = AddTimingSignal(hp.timing_signal, name="timing_signal",
+                                                 dtype=dtype)
         self.embedding_dropout = Dropout(hp.layer_prepostprocess_dropout,
-                                         name="embedding_dropout")
-        self.encoder_stack = [EncoderLayer(**_layer_arguments(hp), name=f"encoder_layer_{i}")
-                               for i in range(hp.encoder_layers)]
-        self.decoder_stack = [DecoderLayer(**_layer_arguments(hp), name=f"decoder_layer_{i}")
-                               for i in range(hp.decoder_layers)]
+                                         name="embedding_dropout", dtype=dtype)
+        self.encoder_stack = [EncoderLayer(**_layer_arguments(hp), name=f"encoder_layer_{i}",
+                                           dtype=dtype) for i in range(hp.encoder_layers)]
+        self.decoder_stack = [DecoderLayer(**_layer_arguments(hp), name=f"decoder_layer_{i}",
+                                           dtype=dtype) for i in range(hp.decoder_layers)]
         # t2t ends each stack with the preprocess sequence: the final layer norm of pre-norm.
         self.encoder_final = self._final_process("encoder_final")
         self.decoder_final = self._final_process("decoder_final")
@@ -299,23 +310,25 @@ class Transformer(keras.Model):
     def _final_process(self, name):
         hp = self.hparams
         return LayerProcess(hp.layer_preprocess_sequence, hp.layer_prepostprocess_dropout,
-                            hp.norm_epsilon, name=name)
+                            hp.norm_epsilon, name=name, dtype=self.dtype_policy)
 
-    def _embed(self, embedding, ids, training, start_position=0):
+    def _embed(self, embedding, ids, training, start_position=0, dropout_seed=None):
         """§3.4-3.5: embedding * sqrt(d) (zero at PAD) + timing signal, then dropout (§5.4)."""
         x = self.add_timing_signal(embedding(ids), start_position=start_position)
-        return self.embedding_dropout(x, training=training)
+        return self.embedding_dropout(x, training=training, seed=dropout_seed)
 
-    def call(self, features, training=False):
-        return self.softmax_embedding(self.decoder_output(features, training), reverse=True)
+    def call(self, features, training=False, dropout_seed=None):
+        return self.softmax_embedding(self.decoder_output(features, training, dropout_seed),
+                                      reverse=True)
 
-    def decoder_output(self, features, training=False):
+    def decoder_output(self, features, training=False, dropout_seed=None):
         """The decoder's final activations [batch, target_length, d], before the pre-softmax
         projection (for losses that project them themselves: training/output_layer_loss.py)."""
-        encoder_output, inputs_padding = self.encode(features["inputs"], training=training)
+        encoder_output, inputs_padding = self._encode(features["inputs"], training,
+                                                      dropout_seed=dropout_seed)
         decoder_input = shift_right(ops.cast(features["targets"], "int32"))
         return self._decode(decoder_input, encoder_output, inputs_padding, training,
-                            project=False)
+                            project=False, dropout_seed=dropout_seed)
 
     @property
     def softmax_weights(self):
@@ -380,25 +393,28 @@ class Transformer(keras.Model):
         self._decode(decoder_input, encoder_output, inputs_padding, False, scores["decoder"])
         return scores
 
-    def _encode(self, inputs, training, scores=None):
+    def _encode(self, inputs, training, scores=None, dropout_seed=None):
         inputs = ops.cast(inputs, "int32")
         inputs_padding = ops.equal(inputs, PAD_ID)
         bias = padding_bias(inputs_padding)
-        x = self._embed(self.source_embedding, inputs, training)
+        x = self._embed(self.source_embedding, inputs, training, dropout_seed=dropout_seed)
         for layer in self.encoder_stack:
-            x = self._collect(layer(x, bias, training=training,
+            x = self._collect(layer(x, bias, training=training, dropout_seed=dropout_seed,
                                     return_attention_scores=scores is not None), scores)
         return self.encoder_final(x, training=training), inputs_padding
 
     def _decode(self, decoder_input, encoder_output, inputs_padding, training, scores=None,
-                project=True):
+                project=True, dropout_seed=None):
         decoder_input = ops.cast(decoder_input, "int32")
         self_attention_bias = causal_bias(ops.shape(decoder_input)[1])
         encoder_decoder_bias = padding_bias(inputs_padding)
-        x = self._embed(self.target_embedding, decoder_input, training)
+        # The embedding's dropout draws a second mask in the batch: a second number folded in.
+        x = self._embed(self.target_embedding, decoder_input, training,
+                        dropout_seed=None if dropout_seed is None
+                        else (dropout_seed, ops.convert_to_tensor(1, "int32")))
         for layer in self.decoder_stack:
             x = self._collect(layer(x, encoder_output, self_attention_bias, encoder_decoder_bias,
-                                    training=training,
+                                    training=training, dropout_seed=dropout_seed,
                                     return_attention_scores=scores is not None), scores)
         x = self.decoder_final(x, training=training)
         return self.softmax_embedding(x, reverse=True) if project else x

@@ -1,29 +1,13 @@
-"""Checkpoint averaging (paper §6.1): the base models were evaluated with the average of the
-last 5 checkpoints, the big models of the last 20, written at 10-minute intervals
-(tensor2tensor's `avg_checkpoints.py`).
+"""Checkpoint averaging (paper §6.1: the last 5 checkpoints for base models, 20 for big;
+tensor2tensor's `avg_checkpoints.py`): the model's variables only, for decoding.
 
-Only the model's variables are averaged; the optimizer's moments and step are left out, so the
-result is for decoding (`t2t_lite-decoder --output_dir=O --checkpoint_path=P`, which takes the
-model and hparams from O's hparams.json), not for resuming training.
-
-An average is replaced as a unit. `P` (the README's O/averaged/model.ckpt) is a folder holding
-the average under a name of its own, `P/average-STEP-TOKEN.index` and `.data-*`, and
-TensorFlow's `checkpoint` state file naming it, which `--checkpoint_path=P` follows
-(checkpoints.resolve takes a folder's latest checkpoint). A new average is written whole beside
-the old one, the state file is replaced in one rename (atomic_files), and only then is the old
-one removed: a program killed at any point leaves the old average or the new one, complete, and
-a failed write (a full disk) leaves the old one and removes the new one's files (and the
-hparams.json copied beside them, when there was no average before).
-tensor2tensor's averager saved over the previous average in place (tf.train.Saver, as
-`OUTPUT_PATH-0`); t2t_lite wrote `P.index` and `P.data-*` and renamed the new data over the old
-before the index, so that a kill between the two renames paired new data with the old index
-(a checksum error at restore). Such an average at `P.index` is removed once the new one is in
-place; until then --checkpoint_path=P restores it.
-
-The copy of hparams.json carries the vocabulary's record (run_description), so that the decoder
-and the exporter refuse another vocabulary with an average as with the checkpoints. An
-hparams.json already beside the average is kept; one that records another vocabulary than
-output_dir's is refused before anything is written (`check_kept_vocabulary`).
+An average is replaced as a unit (docs/training.md): `P` is a folder holding the average under
+a name of its own (`average-STEP-TOKEN`) and TensorFlow's `checkpoint` file naming it; the new
+one is written whole beside the old, the `checkpoint` file replaced in one rename, then the old
+one removed, so that a kill at any point leaves one complete average. An average in the layout
+of 0.1.x (`P.index`, `P.data-*`) is removed once the new one is in place. The hparams.json
+copied beside it carries the vocabulary's record; one there that records another vocabulary is
+refused before anything is written (`check_kept_vocabulary`).
 """
 import os
 import uuid
@@ -109,12 +93,12 @@ def check_of_output_run(paths: list, output_dir: str):
 def check_one_run(paths: list):
     """Raises CheckpointError when the checkpoints `paths` hold different run ids (the trainer
     saves its run's in each; the weights of two runs do not average into a model); checkpoints
-    without one (an older version's) are averaged as before, with a warning."""
+    without one are averaged with a warning."""
     run_ids = {path: checkpoints.run_id_of(path) for path in paths}
     unknown = [path for path, run_id in run_ids.items() if run_id is None]
     if unknown:
-        logging.warning("%s hold%s no run id (an older version's checkpoints): averaged without "
-                        "knowing whether they are of one run", ", ".join(unknown),
+        logging.warning("%s hold%s no run id: averaged without knowing whether they are of "
+                        "one run", ", ".join(unknown),
                         "s" if len(unknown) == 1 else "")
     runs = {}
     for path, run_id in run_ids.items():

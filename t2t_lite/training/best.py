@@ -2,29 +2,23 @@
 and early stopping (OpenNMT-tf's `early_stopping` and `export_on_best`, fairseq's
 `--best-checkpoint-metric` and `--patience`, Marian's `--keep-best` and `--early-stopping`).
 
-Three callbacks, after each evaluation (the epoch-end logs of loop.py) and the step, the last
-two deciding from the record the first keeps:
-RecordEvaluations adds the evaluation to the run's record (`O/evaluations.json`, by step);
-KeepBest writes a checkpoint that beats the best so far to `O/best/` with `O/best/best.json`;
-EarlyStopping stops training after `patience` evaluations in a row without an improvement of
-at least `min_delta`. Writes come in that order, each atomic, and the trainer's checkpoint of
-an evaluation's step after them (CheckpointSaver), so that a run resumed from a checkpoint
-finds every evaluation up to its step recorded; the evaluations recorded after it are dropped
-(the resumed run does them again, deterministically) and the best score and the count of
-evaluations since it are those of the resumed step.
+The Evaluator, after each evaluation, in this order: adds it to the run's record
+(`O/evaluations.json`, by step), writes a checkpoint that beats the best so far to `O/best/`
+with `O/best/best.json`, and stops training after `patience` evaluations in a row without an
+improvement of at least `min_delta`; each write is atomic, and the trainer's checkpoint of the
+step comes after them, so that a run resumed from a checkpoint finds every evaluation up to its
+step recorded (those after it are dropped and done again, deterministically).
 """
 import dataclasses
 import json
 import math
 
-import keras
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite import checkpoints
 from t2t_lite.errors import FlagError, UserError
 from t2t_lite.storage import atomic_files
-from t2t_lite.training.loop import current_step
 
 # metric: (the log name an evaluation gives it under, +1 when higher is better, -1 when lower)
 METRICS = {"bleu": ("val_bleu", 1), "loss": ("val_loss", -1)}
@@ -181,19 +175,56 @@ def recorded_evaluations(output_dir: str, metric: str, min_delta: float,
     return evaluations.until(resumed_step)
 
 
-class RecordEvaluations(keras.callbacks.Callback):
-    """Reads each evaluation's logs and the step; writes the run's record of evaluations
-    (O/evaluations.json, atomically) and the best score so far as `best_bleu` or `best_loss`
-    under O/eval in TensorBoard. `evaluations`: the record as of the resumed step, which
-    KeepBest and EarlyStopping read after it."""
+class Evaluator:
+    """A run's evaluations and what they decide (OpenNMT-tf's Evaluator): each evaluation's
+    logs recorded by step (O/evaluations.json; the best so far as `best_bleu` or `best_loss`
+    under O/eval), the checkpoint of the best kept in O/best with O/best/best.json
+    (`is_best`), and early stopping (`should_stop`). The chief holds the record and decides;
+    each decision is agreed by all workers in one vote (`agreed`), since saving a checkpoint
+    and stopping are collective.
 
-    def __init__(self, output_dir: str, evaluations: Evaluations, eval_every: int,
-                 train_steps: int):
-        super().__init__()
-        self.output_dir = output_dir
-        self.evaluations = evaluations
-        self.eval_every, self.train_steps = eval_every, train_steps
+    O/best's CheckpointManager keeps the best before it beside it (max_to_keep=2), so that a
+    kill between the checkpoint and best.json loses neither; a resumed run whose record ends
+    before O/best's latest puts the folder back to the record's best (`begin`).
+
+    Args:
+        config: the RunConfig (keep_best, early_stopping_patience, eval_every, train_steps).
+        evaluations: the record as of the resumed step (recorded_evaluations); None on a
+            worker other than the chief, which follows the chief's decisions.
+        saver: the trainer's CheckpointSaver: its checkpoint, the folder O/best goes in
+            (output_dir, or another worker's own) and its checks before a save.
+        agreed: flags -> whether each holds on any worker (distribution.agreed).
+    """
+
+    def __init__(self, config, evaluations, saver, agreed):
+        self.keep_best, self.patience = bool(config.keep_best), config.early_stopping_patience
+        self.eval_every, self.train_steps = config.eval_every, config.train_steps
+        self.evaluations, self.saver, self.agreed = evaluations, saver, agreed
+        self.output_dir = saver.manager.directory
+        self.folder = best_folder(self.output_dir)
+        self.manager = self._manager() if self.keep_best else None
         self.writer = None  # opened at the first evaluation recorded
+
+    def _manager(self):
+        return tf.train.CheckpointManager(self.saver.manager.checkpoint, self.folder,
+                                          max_to_keep=2,
+                                          checkpoint_name=checkpoints.CHECKPOINT_NAME)
+
+    def _best(self):
+        return None if self.evaluations is None else self.evaluations.best()
+
+    def is_best(self, step: int) -> bool:
+        """Whether the evaluation of `step` is the best so far (the chief's record)."""
+        best = self._best()
+        return best is not None and best[0] == step and step in self.evaluations.by_step
+
+    def should_stop(self):
+        """since_improvement() once `patience` evaluations came without an improvement, else
+        None (also without early stopping, and on a worker other than the chief)."""
+        if self.evaluations is None or not self.patience:
+            return None
+        state = self.evaluations.since_improvement()
+        return state if state is not None and state[2] >= self.patience else None
 
     def on_grid(self, step: int) -> bool:
         """Whether `step` is one an uninterrupted run evaluates at (every eval_every updates,
@@ -201,18 +232,63 @@ class RecordEvaluations(keras.callbacks.Callback):
         so that a run split into several is decided as the same run in one piece."""
         return step % self.eval_every == 0 or step == self.train_steps
 
-    def lacks_evaluation(self, step: int) -> bool:
-        """Whether the run resumes at an evaluation's step whose evaluation is not recorded
-        (a signal stopped training there before it): the loop then evaluates first."""
-        return self.on_grid(step) and step not in self.evaluations.by_step
+    def needs_evaluation(self, step: int) -> bool:
+        """Whether the run resumes at an evaluation's step whose evaluation is not recorded (a
+        signal stopped training there before it): the trainer evaluates it first."""
+        return self.agreed([self.evaluations is not None and self.on_grid(step)
+                            and step not in self.evaluations.by_step])[0]
 
-    def on_epoch_end(self, epoch, logs=None):
-        step = current_step(self.model)
-        if not logs or self.evaluations.log_name not in logs or not self.on_grid(step):
+    def begin(self, step: int) -> bool:
+        """Makes O/best agree with the record of the resumed `step` (the restored weights kept
+        when the best is that step's own evaluation and O/best lacks it; the record's best put
+        back when O/best holds a later one); True when the run stopped early already."""
+        best = self._best()
+        kept = self._kept_step() if best is not None else None
+        keep_again, stop = self.agreed([self.keep_best and best is not None and kept != best[0]
+                                        and best[0] == step, self.should_stop() is not None])
+        if keep_again:
+            logging.info("keeping the best checkpoint of step %d again: %s", step,
+                         self._keep(step, best[1] if best else None))
+        elif self.keep_best and best is not None:
+            self._agree_with_record(best, kept, step)
+        if stop and self.evaluations is not None:
+            logging.info("stopped early already at step %d: %s (--early_stopping_patience=%d); "
+                         "nothing to train", step, self._describe(self.should_stop()),
+                         self.patience)
+        return stop
+
+    def evaluated(self, step: int, logs: dict) -> bool:
+        """Records the evaluation of `step` (`logs`), keeps its checkpoint if it is the best;
+        returns whether training stops early here."""
+        self._record(step, logs)
+        keep, stop = self.agreed([self.keep_best and self.is_best(step),
+                                  self.should_stop() is not None])
+        if keep:
+            best = self._best()
+            path = self._keep(step, best[1] if best is not None else None)
+            if best is not None:
+                logging.info("step %d  new best dev %s %.4f: kept %s", step,
+                             self.evaluations.metric, best[1], path)
+        if stop and self.evaluations is not None:
+            logging.info("stopping early at step %d: %s", step,
+                         self._describe(self.should_stop()))
+        return stop
+
+    def _describe(self, state) -> str:
+        best_step, best_score, count = state
+        return (f"{count} evaluations in a row without an improvement of at least "
+                f"{self.evaluations.min_delta:g} in dev {self.evaluations.metric} over the best, "
+                f"{best_score:.4f} at step {best_step}")
+
+    def _record(self, step: int, logs: dict):
+        """The evaluation added to O/evaluations.json (atomically) and the best so far to
+        TensorBoard, on the chief, when it measured the metric at a step of the grid."""
+        if (self.evaluations is None or not logs or self.evaluations.log_name not in logs
+                or not self.on_grid(step)):
             return
         self.evaluations.add(step, logs)
-        _write_json(evaluations_path(self.output_dir),
-                    {"metric": self.evaluations.metric, "evaluations": self.evaluations.as_list()})
+        _write_json(evaluations_path(self.output_dir), {
+            "metric": self.evaluations.metric, "evaluations": self.evaluations.as_list()})
         best = self.evaluations.best()
         if best is not None:
             if self.writer is None:
@@ -222,36 +298,6 @@ class RecordEvaluations(keras.callbacks.Callback):
                 tf.summary.scalar(f"best_{self.evaluations.metric}", best[1])
             self.writer.flush()
 
-
-class KeepBest(keras.callbacks.Callback):
-    """Reads the record after each evaluation; when this step's evaluation is the best so far,
-    keeps the checkpoint: `checkpoint` (the trainer's tf.train.Checkpoint: weights, optimizer
-    and run id) saved by a CheckpointManager of its own in O/best, whose `checkpoint` file
-    names it (keep_checkpoint_max never touches the folder), then O/best/best.json (metric,
-    step, score, checkpoint, evaluations so far). The best before it stays beside it
-    (max_to_keep=2), so that a kill between the two writes loses neither: a resumed run whose
-    record ends before O/best's latest puts the folder back to the record's best
-    (on_train_begin). `check_before_save` (if any) is called before each save, which it may
-    refuse by raising (the trainer's checks of its own saves).
-
-    In a run of several workers the save is collective: every worker keeps the checkpoint when
-    the chief (the one holding `evaluations`) decides to (TrainingSteps.on_any_worker), the
-    others into their own `output_dir` (distribution.CheckpointDirectory), and only the chief
-    writes best.json."""
-
-    def __init__(self, output_dir: str, evaluations: Evaluations, checkpoint,
-                 check_before_save=None):
-        super().__init__()
-        self.folder = best_folder(output_dir)
-        self.evaluations = evaluations  # None on a worker other than the chief
-        self.checkpoint = checkpoint
-        self.manager = self._manager()
-        self.check_before_save = check_before_save
-
-    def _manager(self):
-        return tf.train.CheckpointManager(self.checkpoint, self.folder, max_to_keep=2,
-                                          checkpoint_name=checkpoints.CHECKPOINT_NAME)
-
     def _path(self, step: int) -> str:
         return tf.io.gfile.join(self.folder, f"{checkpoints.CHECKPOINT_NAME}-{step}")
 
@@ -260,27 +306,39 @@ class KeepBest(keras.callbacks.Callback):
         kept = checkpoints.latest(self.folder)
         return None if kept is None else checkpoints.step_of(kept)
 
-    def _record(self, step: int, score: float, path: str):
+    def _write_best(self, step: int, score: float, path: str):
         _write_json(tf.io.gfile.join(self.folder, BEST_RECORD), {
             "metric": self.evaluations.metric, "step": step, "score": score,
             "checkpoint": path.rsplit("/", 1)[-1], "evaluations": self.evaluations.as_list()})
 
     def _keep(self, step: int, score: float) -> str:
-        if self.check_before_save is not None:
-            self.check_before_save()
+        """Saves the checkpoint of `step` in O/best (every worker: the save is collective),
+        then best.json (the chief); returns its path."""
+        if self.saver.check_before_save is not None:
+            self.saver.check_before_save()
         path = checkpoints.save(self.manager, step)
         if self.evaluations is not None:
-            self._record(step, score, path)
+            self._write_best(step, score, path)
         return path
 
-    def _keeps(self, decided: bool) -> bool:
-        """Whether the chief decided to keep a checkpoint now (every worker then saves)."""
-        return bool(self.model.on_any_worker(decided))
+    def _agree_with_record(self, best: tuple, kept, resumed: int):
+        """O/best as the record of the `resumed` step says, on the chief: its `best` (step,
+        score) put back when O/best keeps a `kept` step after it, or best.json written again
+        when a kill came between the checkpoint and it."""
+        step, score = best
+        record = _read_json(tf.io.gfile.join(self.folder, BEST_RECORD)) or {}
+        if kept is not None and kept > resumed and tf.io.gfile.exists(
+                self._path(step) + ".index"):
+            self._put_back(step, score, kept)
+        elif kept == step and record.get("step") != step:
+            self._write_best(step, score, checkpoints.latest(self.folder))
+        elif kept is not None and kept > resumed:
+            logging.info("%s holds the best of step %d, after step %d this run resumes from: "
+                         "its evaluations are done again", self.folder, kept, resumed)
 
     def _put_back(self, step: int, score: float, later: int):
-        """O/best as the record of the resumed run says: its best of `step` named by the
-        `checkpoint` file and best.json, the checkpoint of the `later` best (whose evaluation
-        the resumed run does again) removed."""
+        """O/best's best of `step` named by the `checkpoint` file and best.json, the checkpoint
+        of the `later` best (whose evaluation the resumed run does again) removed."""
         path = self._path(step)
         name = path.rsplit("/", 1)[-1]
         # TensorFlow's `checkpoint` file (a text CheckpointState), naming only the put-back one.
@@ -289,88 +347,6 @@ class KeepBest(keras.callbacks.Callback):
                          f'all_model_checkpoint_paths: "{name}"\n')
         atomic_files.remove_matching(self._path(later) + ".*")
         self.manager = self._manager()
-        self._record(step, score, path)
+        self._write_best(step, score, path)
         logging.info("%s: the best of step %d put back (the run resumes before step %d, whose "
                      "evaluation it does again)", self.folder, step, later)
-
-    def on_train_begin(self, logs=None):
-        """Makes O/best agree with the record of the resumed step: the restored weights kept
-        when the best is the resumed step's own evaluation and O/best lacks it; the record's
-        best put back when O/best holds a later one; best.json written again when a kill
-        came between the checkpoint and it."""
-        best = None if self.evaluations is None else self.evaluations.best()
-        step, score = best if best is not None else (None, None)
-        kept = self._kept_step() if best is not None else None
-        resumed = current_step(self.model)
-        if self._keeps(best is not None and kept != step and step == resumed):
-            logging.info("keeping the best checkpoint of step %d again: %s", resumed,
-                         self._keep(resumed, score))
-            return
-        if best is None:
-            return
-        record = _read_json(tf.io.gfile.join(self.folder, BEST_RECORD)) or {}
-        if kept is not None and kept > resumed and tf.io.gfile.exists(
-                self._path(step) + ".index"):
-            self._put_back(step, score, kept)
-        elif kept == step and record.get("step") != step:
-            self._record(step, score, checkpoints.latest(self.folder))
-        elif kept is not None and kept > resumed:
-            logging.info("%s holds the best of step %d, after step %d this run resumes from: "
-                         "its evaluations are done again", self.folder, kept, resumed)
-
-    def on_epoch_end(self, epoch, logs=None):
-        step = current_step(self.model)
-        best = None if self.evaluations is None else self.evaluations.best()
-        if not self._keeps(best is not None and best[0] == step
-                           and step in self.evaluations.by_step):
-            return
-        path = self._keep(step, best[1] if best is not None else None)
-        if best is not None:
-            logging.info("step %d  new best dev %s %.4f: kept %s", step,
-                         self.evaluations.metric, best[1], path)
-
-
-class EarlyStopping(keras.callbacks.Callback):
-    """Reads the record after each evaluation (and as training begins, for a resumed run);
-    decides to stop when the last `patience` evaluations in a row brought no improvement of at
-    least min_delta over the best (Evaluations.since_improvement), with one line saying so.
-    Every worker of a run stops at the same step: the chief's decision (the one holding
-    `evaluations`; None on the others) goes to all (TrainingSteps.on_any_worker). The trainer's
-    CheckpointSaver then saves at the stop step, as at any end."""
-
-    def __init__(self, evaluations, patience: int):
-        super().__init__()
-        self.evaluations = evaluations
-        self.patience = patience
-        self.stopped = False
-
-    def _exhausted(self):
-        """since_improvement() once `patience` evaluations came without improvement, else
-        None."""
-        if self.evaluations is None:
-            return None
-        state = self.evaluations.since_improvement()
-        return state if state is not None and state[2] >= self.patience else None
-
-    def _describe(self, state) -> str:
-        best_step, best_score, count = state
-        return (f"{count} evaluations in a row without an improvement of at least "
-                f"{self.evaluations.min_delta:g} in dev {self.evaluations.metric} over the best, "
-                f"{best_score:.4f} at step {best_step}")
-
-    def on_train_begin(self, logs=None):
-        state = self._exhausted()
-        if self.model.on_any_worker(state is not None):
-            step = current_step(self.model)
-            if state is not None:
-                logging.info("stopped early already at step %d: %s (--early_stopping_patience="
-                             "%d); nothing to train", step, self._describe(state), self.patience)
-            self.stopped = self.model.stop_training = True
-
-    def on_epoch_end(self, epoch, logs=None):
-        state = self._exhausted()
-        if self.model.on_any_worker(state is not None):
-            step = current_step(self.model)
-            if state is not None:
-                logging.info("stopping early at step %d: %s", step, self._describe(state))
-            self.stopped = self.model.stop_training = True

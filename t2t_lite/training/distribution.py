@@ -58,6 +58,17 @@ def choose_strategy(devices: list = None):
     return tf.distribute.get_strategy()
 
 
+def agreed(strategy, flags: list) -> list:
+    """For each of `flags`, whether it holds in any process of the run: one all-reduce across
+    workers, so that every worker takes the same decision (one that stopped alone would leave
+    the others waiting in the next step's all-reduce); the flags themselves in one process."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return [bool(flag) for flag in flags]
+    votes = strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
+    summed = strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None).numpy()
+    return [bool(vote > 0) for vote in summed]
+
+
 def is_chief(strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:

@@ -99,35 +99,46 @@ def _chunk_loop(rows, weights, row_targets, real_rows, label_smoothing, chunk_ro
         # row maximum is at hand, so no argmax pass over the logits.
         correct += tf.reduce_sum(tf.cast(target_logit >= row_max, tf.float32) * real)
         if with_gradients:
-            # d CE / d logits = G = softmax - q on real rows, i.e. with e = exp(logits - max)
-            # and per row s = real / sum(e):  G = s * e - low * real - (confidence - low) *
-            # real at the target. G is never formed: its three terms go through the two
-            # products separately, so that no pass over [chunk_rows, vocab] is added to e.
-            #   G W   = s * (e W) - low * real * colsum(W) - (c - low) * real * W[y]
-            #   G^T h = e^T (s * h) - low * sum_rows(real * h) - (c - low) * (real * h) at y
-            row_scale = real / exp_sum
-            target_weight = (confidence - low) * real
-            chunk_row_gradients = (row_scale[:, None] * tf.matmul(exp_shifted, weights)
-                                   - (low * real)[:, None] * weight_column_sums[None, :]
-                                   - target_weight[:, None] * tf.gather(weights, y))
+            chunk_row_gradients, chunk_weight_gradients = _chunk_gradients(
+                h, y, real, (exp_shifted, exp_sum), weights,
+                (confidence, low, weight_column_sums))
             row_gradients = tf.tensor_scatter_nd_update(
                 row_gradients, (start + offsets)[:, None], chunk_row_gradients)
-            real_h = real[:, None] * h
-            weight_gradients += (
-                tf.matmul(exp_shifted, row_scale[:, None] * h, transpose_a=True)
-                - low * tf.reduce_sum(real_h, axis=0)[None, :]
-                - tf.math.unsorted_segment_sum(target_weight[:, None] * h, y, vocab_size))
+            weight_gradients += chunk_weight_gradients
         return chunk + 1, loss_sum, correct, row_gradients, weight_gradients
 
-    zero = tf.constant(0.0)
-    if with_gradients:
-        gradients = (tf.zeros_like(rows, dtype=tf.float32), tf.zeros_like(weights))
-    else:
-        gradients = (tf.zeros([0, 0]), tf.zeros([0, 0]))  # carried through the loop untouched
-    state = (tf.constant(0), zero, zero) + gradients
+    gradients = ((tf.zeros_like(rows, dtype=tf.float32), tf.zeros_like(weights))
+                 if with_gradients else (tf.zeros([0, 0]), tf.zeros([0, 0])))  # else untouched
+    state = (tf.constant(0), tf.constant(0.0), tf.constant(0.0)) + gradients
     _, loss_sum, correct, row_gradients, weight_gradients = tf.while_loop(
         lambda chunk, *unused: chunk < chunks, body, state)
     return loss_sum, correct, row_gradients, weight_gradients
+
+
+def _chunk_gradients(h, y, real, softmax, weights, smoothing):
+    """d CE / d h and d CE / d weights of one chunk's real rows (`real`: 1 or 0 per row), from
+    `softmax` = (e = exp(logits - max) [rows, vocab], its row sums) and `smoothing` =
+    (confidence, low, colsum(weights)).
+
+    d CE / d logits = G = softmax - q on real rows, i.e. with per row s = real / sum(e):
+    G = s * e - low * real - (confidence - low) * real at the target. G is never formed: its
+    three terms go through the two products separately, so that no pass over [rows, vocab] is
+    added to e:
+      G W   = s * (e W) - low * real * colsum(W) - (c - low) * real * W[y]
+      G^T h = e^T (s * h) - low * sum_rows(real * h) - (c - low) * (real * h) at y"""
+    exp_shifted, exp_sum = softmax
+    confidence, low, weight_column_sums = smoothing
+    row_scale = real / exp_sum
+    target_weight = (confidence - low) * real
+    row_gradients = (row_scale[:, None] * tf.matmul(exp_shifted, weights)
+                     - (low * real)[:, None] * weight_column_sums[None, :]
+                     - target_weight[:, None] * tf.gather(weights, y))
+    real_h = real[:, None] * h
+    weight_gradients = (
+        tf.matmul(exp_shifted, row_scale[:, None] * h, transpose_a=True)
+        - low * tf.reduce_sum(real_h, axis=0)[None, :]
+        - tf.math.unsorted_segment_sum(target_weight[:, None] * h, y, weights.shape[0]))
+    return row_gradients, weight_gradients
 
 
 def _chunked_loss(rows, weights, row_targets, real_rows, label_smoothing, chunk_rows,

@@ -1,5 +1,5 @@
 """SIGTERM (a cluster preempting the job, `kill`) and SIGINT (Ctrl-C) in the trainer, from the
-program's first instant: the handler whose state trainer.SignalStop acts on in the training
+program's first instant: the handler whose state the Trainer (loop.py) acts on in the training
 loop, and the exceptions that end a trainer on a signal. It imports no TensorFlow, so that
 t2t_lite-trainer installs it before TensorFlow loads.
 
@@ -58,7 +58,7 @@ class SignalWatch:
     Python runs signal handlers there).
 
     In the training loop (`in_loop`), the first signal is kept in `signal_number` for
-    trainer.SignalStop, which stops training after the update under way. Before the loop the
+    the Trainer (loop.py), which stops training after the update under way. Before the loop the
     first ends the trainer at once (Interrupted), unless `keep_until_loop` (several workers,
     once they have met): then it is kept for the workers' vote as training begins, so that all
     stop together. A second signal always ends the trainer at once."""

@@ -1,31 +1,14 @@
 """One training or evaluation step of a model under any tf.distribute strategy, with or
-without XLA (`jit_compile`; the trainer turns it on where it pays, on GPUs and TPUs, and leaves
-it off on CPUs: trainer.xla_pays).
-
-The arrangement that can compile each replica's step with XLA under MirroredStrategy and
-MultiWorkerMirroredStrategy alike (Keras 3 `fit` supports neither: keras-team/keras#20585, and
-`fit(jit_compile=True)` over two CPU devices fails with "Trying to access resource ... located
-in device CPU:1 from device CPU:0"):
-
-1. In cross-replica context, the non-pad target tokens of the global batch are counted
-   (tensor2tensor divides the summed loss by them, so the result does not depend on how the
-   batch is split between replicas).
-2. Each replica runs a plain Python function that calls one compiled function (XLA-compiled
-   under jit_compile): forward pass, label-smoothed loss over the global token count, gradients.
-3. The replicas' gradients are summed in one batched all-reduce, clipped, and applied once by the
-   optimizer in cross-replica context; the optimizer updates every copy of each variable.
-
-Each training batch is numbered (the batches trained before it, counted from the optimizer's
-step when the first is trained), and the dropout masks are drawn from that number
-(layers.dropout.masks_of_batch), so that a run resumed from a checkpoint trains on the masks of
-the run it continues.
-
-Every step also returns the batch's sums (loss, target tokens, correct tokens, padded and real
-positions) reduced over replicas, from which the caller forms token-weighted averages.
+without XLA (`jit_compile`: trainer.xla_pays), in the arrangement that compiles each replica's
+step under MirroredStrategy and MultiWorkerMirroredStrategy alike (Keras 3 `fit` does neither:
+keras-team/keras#20585): the global batch's target tokens counted across replicas (t2t divides
+the summed loss by them), each replica's forward and backward pass in one compiled function,
+the gradients summed in one batched all-reduce and applied once by the optimizer. Each training
+batch's number is the model's `dropout_seed` (layers.dropout), so that a resumed run trains on
+the masks of the run it continues. Each step returns the batch's sums (COUNTS), over replicas.
 """
 import tensorflow as tf
 
-from t2t_lite.layers.dropout import masks_of_batch
 from t2t_lite.training import losses, output_layer_loss
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -37,9 +20,7 @@ class TrainingSteps:
 
     `train_step(batch)` and `eval_step(batch)` take an element of `distribute(dataset)` and
     return {name: scalar tensor} for the names in COUNTS; `last_batch` is the batch last
-    trained. `model`, `optimizer` and `stop_training` make this object the `model` that Keras
-    callbacks see; a callback that sets `stop_at_once` as well (a signal) stops training
-    without the epoch's evaluation.
+    trained.
     """
 
     def __init__(self, model, optimizer, hparams, strategy=None, jit_compile: bool = True):
@@ -47,8 +28,6 @@ class TrainingSteps:
         self.optimizer = optimizer
         self.hparams = hparams
         self.strategy = strategy or tf.distribute.get_strategy()
-        self.stop_training = False
-        self.stop_at_once = False
         self.batches_per_update = max(1, hparams.optimizer_multistep_accumulate_steps)
         self.batches_trained = None  # counted from the optimizer's step at the first batch
         self.last_batch = None  # the batch of the last train_step (NonFiniteLossGuard)
@@ -87,16 +66,16 @@ class TrainingSteps:
 
     # --- Per replica (compiled) ---------------------------------------------------------------
 
-    def _counts(self, features, training=False):
+    def _counts(self, features, training=False, dropout_seed=None):
         targets, hp = features["targets"], self.hparams
         if hp.output_layer_chunk_rows:
             loss_sum, tokens, correct = output_layer_loss.loss_sum_tokens_and_correct(
-                self.model.decoder_output(features, training=training),
+                self.model.decoder_output(features, training, dropout_seed),
                 self.model.softmax_weights, targets, hp.label_smoothing,
                 hp.output_layer_chunk_rows, with_gradients=training,
                 fixed_chunk_shape=self.jit_compile)
         else:
-            logits = self.model(features, training=training)
+            logits = self.model(features, training=training, dropout_seed=dropout_seed)
             loss_sum, tokens = losses.loss_sum_and_tokens(logits, targets, hp.label_smoothing)
             correct = losses.correct_tokens(logits, targets)
         padded = real = 0.0
@@ -107,14 +86,10 @@ class TrainingSteps:
                 "padded_tokens": padded, "real_tokens": real}
 
     def _loss_and_gradients(self, features, global_tokens, batch_number=None):
-        # Here, inside the replica's function: MirroredStrategy traces each replica in a thread
-        # of its own, which does not inherit the batch (a context variable).
-        with masks_of_batch(batch_number):
-            with tf.GradientTape() as tape:
-                counts = self._counts(features, training=True)
-                loss = self.optimizer.scale_loss(
-                    counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
-            return counts, tape.gradient(loss, self.model.trainable_variables)
+        with tf.GradientTape() as tape:
+            counts = self._counts(features, training=True, dropout_seed=batch_number)
+            loss = self.optimizer.scale_loss(counts["loss_sum"] / tf.maximum(global_tokens, 1.0))
+        return counts, tape.gradient(loss, self.model.trainable_variables)
 
     # --- Across replicas ------------------------------------------------------------------------
 
@@ -138,19 +113,6 @@ class TrainingSteps:
         counts = self.strategy.run(lambda features: self.replica_counts(features),
                                    args=(batch,))
         return self._sum_over_replicas(counts)
-
-    def on_any_worker(self, flag: bool) -> bool:
-        """Whether `flag` holds in any process of the run: an all-reduce when the strategy has
-        several replicas, so that every worker takes the same decision (one that stopped alone
-        would leave the others waiting in the next step's all-reduce)."""
-        return self.each_on_any_worker([flag])[0]
-
-    def each_on_any_worker(self, flags: list) -> list:
-        """For each of `flags`, whether it holds in any process of the run (one all-reduce)."""
-        if self.strategy.num_replicas_in_sync == 1:
-            return list(flags)
-        votes = self.strategy.run(lambda: tf.constant([float(flag) for flag in flags]))
-        return [vote > 0 for vote in self.strategy.reduce(SUM, votes, axis=None).numpy()]
 
     def _sum_over_replicas(self, values):
         """Sums a nest of per-replica tensors over all replicas (of all workers) in one batched

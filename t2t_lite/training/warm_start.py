@@ -1,31 +1,10 @@
-"""Fine-tuning from a trained model: a new run that starts from another run's weights
-(tensor2tensor's --warm_start_from; fairseq's --restore-file with --reset-optimizer; Marian's
---pretrained-model).
-
-The new run takes the model's weights only: it starts at step 0 with a fresh Adam (its moments
-zero), its own hparams and learning-rate schedule (the warmup again) and a run id of its own,
-so that its checkpoints average among themselves as any run's do. The source is
-`--warm_start_from=SOURCE`, one of
-
-  - a trained output folder O: its latest checkpoint;
-  - a folder holding a `checkpoint` state file (O/best, O/averaged/model.ckpt): the checkpoint
-    it names;
-  - a checkpoint prefix (O/model.ckpt-1000).
-
-Its hparams.json is the one in the checkpoint's folder or the folder above (where the averager
-keeps its copy beside O/averaged/model.ckpt). Before anything is written (`checked_source`),
-the vocabulary it records must be --data_dir's (run_description.same_vocabulary), and every
-model variable must be in the checkpoint with the shape the new hparams give it, and no other
-model variable there: the hparams that shape the model (hidden_size, filter_size, num_heads,
-the layers, the embeddings' sharing) must be the source's, while those that only train it
-(dropout, label smoothing, the learning rate and its warmup, batch_size, max_length) may
-change. Each refusal is one CheckpointError (a VocabularyError for the vocabulary) naming
-the source and the new side; a damaged source is a DamagedCheckpointError.
-
-An output_dir that already holds checkpoints resumes from them and SOURCE is not used, with a
-line saying so: as in tensor2tensor, whose Estimator restored model_dir's checkpoint rather than
-warm-starting, the same command rerun after an interruption resumes the fine-tuning.
+"""Fine-tuning from a trained model (tensor2tensor's --warm_start_from): a new run that starts
+from another run's weights, at step 0 with a fresh Adam, its own hparams and schedule and a run
+id of its own. `checked_source` finds the source's checkpoint (an output folder, a folder with
+a `checkpoint` file, a prefix) and checks, before anything is written, that its vocabulary and
+model fit the new run; docs/training.md lists what must match and what may change.
 """
+from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
@@ -69,18 +48,24 @@ def description_folder(checkpoint: str):
     return None
 
 
-def checked_source(source: str, output_dir: str, problem, data_dir: str, model_name: str,
-                   hparams):
+class NewRun(NamedTuple):
+    """The run a source must fit: its data (`problem`, a data.problem.Problem, in `data_dir`)
+    and its model (`model_name` built with `hparams`)."""
+    problem: object
+    data_dir: str
+    model_name: str
+    hparams: object
+
+
+def checked_source(source: str, output_dir: str, new: NewRun):
     """The checkpoint prefix a new run in output_dir starts from, once it is known to fit:
-    the vocabulary its hparams.json records is data_dir's (`problem`'s), and the model that
-    `model_name` and `hparams` build has its variables, shape for shape, and no others. None
-    when output_dir holds checkpoints already: training resumes from them (one line says so).
+    the vocabulary its hparams.json records is the `new` run's data's, and the model the new
+    run builds has its variables, shape for shape, and no others. None when output_dir holds
+    checkpoints already: training resumes from them (one line says so).
 
     Args:
       source: --warm_start_from (see resolve_source).
-      output_dir: the new run's folder.
-      problem: the new run's data.problem.Problem; data_dir its data folder.
-      model_name, hparams: the new run's model.
+      output_dir: the new run's folder; new: the new run.
     Raises:
       VocabularyError, CheckpointError (DamagedCheckpointError) naming both sides."""
     resumed_from = checkpoints.latest(output_dir)
@@ -97,9 +82,8 @@ def checked_source(source: str, output_dir: str, problem, data_dir: str, model_n
             f"{FLAG}={source}: no {HPARAMS_FILE} beside {checkpoint} (in {folder} or "
             f"{output_paths.parent_folder(folder)}), so nothing tells the vocabulary it was "
             f"trained on: copy its run's {HPARAMS_FILE} there")
-    _check_vocabulary(source, checkpoint, described_in, problem, data_dir)
-    _check_model(source, checkpoint, described_in, problem.vocab_size(data_dir), model_name,
-                 hparams, data_dir)
+    _check_vocabulary(source, checkpoint, described_in, new)
+    _check_model(source, checkpoint, described_in, new)
     return checkpoint
 
 
@@ -109,17 +93,15 @@ def _started_from(output_dir: str) -> str:
     return f"the run started from {record['checkpoint']}" if record else "a run of its own"
 
 
-def _check_vocabulary(source: str, checkpoint: str, described_in: str, problem, data_dir: str):
+def _check_vocabulary(source: str, checkpoint: str, described_in: str, new: NewRun):
     """VocabularyError when the vocabulary the source's hparams.json records is not
-    data_dir's; a warning when it records none (an earlier version's record)."""
+    data_dir's, or when it records none."""
     path = description_path(described_in)
     recorded = recorded_vocabulary(described_in)
-    current = vocabulary_record(problem, data_dir)
+    current, data_dir = vocabulary_record(new.problem, new.data_dir), new.data_dir
     if recorded is None:
-        logging.warning("%s records no vocabulary (an earlier version wrote it), so nothing "
-                        "tells whether --data_dir=%s holds the one %s was trained on",
-                        path, data_dir, checkpoint)
-        return
+        raise VocabularyError(f"{FLAG}={source}: {path} records no vocabulary, so nothing "
+                              f"tells whether --data_dir={data_dir} holds {checkpoint}'s")
     if not same_vocabulary(recorded, current):
         raise VocabularyError(
             f"{FLAG}={source}: --data_dir={data_dir} holds another vocabulary than "
@@ -128,19 +110,18 @@ def _check_vocabulary(source: str, checkpoint: str, described_in: str, problem, 
             f"--vocab_from={described_in}) or start from a model trained on this one")
 
 
-def _check_model(source: str, checkpoint: str, described_in: str, vocab_size: int,
-                 model_name: str, hparams, data_dir: str):
+def _check_model(source: str, checkpoint: str, described_in: str, new: NewRun):
     """CheckpointError naming the first model variable that the checkpoint lacks, shapes
     otherwise, or holds beyond the model the hparams build, with the hparams that differ from
     the source's record; DamagedCheckpointError (advising another checkpoint of its folder)
     when its model values do not read whole."""
-    model = build_model(model_name, hparams, vocab_size)
+    model = build_model(new.model_name, new.hparams, new.problem.vocab_size(new.data_dir))
     try:
         misfit = _misfit_reason(checkpoint, model)
-        if not misfit and _model_hparams_differing(described_in, model_name, hparams):
+        if not misfit and _model_hparams_differing(described_in, new.model_name, new.hparams):
             misfit = "the same variables, computing another function"
         if misfit:
-            raise _misfit(source, misfit, described_in, model_name, hparams, data_dir)
+            raise _misfit(source, misfit, described_in, new)
         stored = checkpoints.reader(checkpoint)
         for path in checkpoints.model_variables(model):  # each against its checksum, now
             stored.get_tensor(checkpoints.checkpoint_key(path))
@@ -186,19 +167,18 @@ def _model_hparams_differing(described_in: str, model_name: str, hparams) -> dic
             if name not in MAY_CHANGE}
 
 
-def _misfit(source: str, reason: str, described_in: str, model_name: str, hparams,
-            data_dir: str) -> CheckpointError:
+def _misfit(source: str, reason: str, described_in: str, new: NewRun) -> CheckpointError:
     """The error of a source that does not fit the new model (`reason`), naming the hparams
     that differ from the source's record outside MAY_CHANGE."""
     differing = ""
-    changes = _model_hparams_differing(described_in, model_name, hparams)
+    changes = _model_hparams_differing(described_in, new.model_name, new.hparams)
     if changes:
         differing = (f"; it differs from {description_path(described_in)} in " +
                      ", ".join(f"{name} ({before!r} there, {after!r} here)"
                                for name, (before, after) in changes.items()))
     return CheckpointError(
-        f"{FLAG}={source} does not fit the model that --model={model_name} and "
-        f"--hparams_set/--hparams build for --data_dir={data_dir}: {reason}{differing}. The "
+        f"{FLAG}={source} does not fit the model that --model={new.model_name} and "
+        f"--hparams_set/--hparams build for --data_dir={new.data_dir}: {reason}{differing}. The "
         f"hparams that shape the model (hidden_size, filter_size, num_heads, the layers, the "
         f"embeddings' sharing, the timing signal, the layer norms) must be the source's; "
         f"dropout, label smoothing, the learning rate, its warmup and batch_size may change")

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers.dropout import (Dropout, masks_of_batch, random_uint16,
-                                    threshold_and_scale)
+from t2t_lite.layers.dropout import Dropout, random_uint16, threshold_and_scale
 
 from program_runs import TINY_MODEL
 
@@ -137,14 +136,15 @@ def test_each_replica_draws_its_own_mask():
 
 
 def test_in_training_a_mask_is_a_function_of_the_seed_and_the_batch_number():
-    """Within masks_of_batch (as TrainingSteps trains) the mask of batch 5 does not depend on
-    the masks drawn before it, as a resumed run draws none before its first batch; other
-    batches, and a second call in one batch, get other masks."""
+    """Called with the batch's number as its seed (as TrainingSteps trains) the mask of batch 5
+    does not depend on the masks drawn before it, as a resumed run draws none before its first
+    batch; other batches, and a second call in one batch (a second number), get other masks."""
     x = np.ones((16, 64), "float32")
 
     def mask(layer, batch, calls=1):
-        with masks_of_batch(tf.constant(batch, tf.int64)):
-            return [np.asarray(layer(x, training=True)) == 0 for _ in range(calls)]
+        number = tf.constant(batch, tf.int64)
+        seeds = [number, (number, tf.constant(1))]
+        return [np.asarray(layer(x, training=True, seed=seed)) == 0 for seed in seeds[:calls]]
 
     went_on = Dropout(0.5, seed=7)
     for batch in range(5):

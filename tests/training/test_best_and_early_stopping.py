@@ -10,6 +10,7 @@ import json
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ import tensorflow as tf
 from t2t_lite import checkpoints
 from t2t_lite.training import best, trainer
 from t2t_lite.training.loop import DevMetric
+from t2t_lite.training.signals import SignalWatch, StoppedBySignal
 
 from program_runs import TINY, hparams_of, run
 
@@ -46,10 +48,11 @@ def config(save_every: int = 2) -> trainer.RunConfig:
                              keep_best="bleu", early_stopping_patience=PATIENCE)
 
 
-def train(data_dir, output_dir, run_config, callbacks=()):
+def train(data_dir, output_dir, run_config, callbacks=(), signal_watch=None):
     keras.backend.clear_session()  # the variables' names of a new process
     trainer.train("algorithmic_copy", "transformer", hparams_of(TINY), data_dir,
-                  str(output_dir), run_config, [ScriptedBleu(), *callbacks])
+                  str(output_dir), run_config, [ScriptedBleu(), *callbacks],
+                  signal_watch=signal_watch)
 
 
 def model_weights(checkpoint: str) -> dict:
@@ -229,22 +232,25 @@ def test_the_trainer_keeps_the_best_by_bleu_and_the_decoder_takes_it(data_dir, t
 
 
 class StopAtOnce(keras.callbacks.Callback):
-    """What a signal does on the update that reaches `step`: stop there, without the epoch's
-    evaluation (SignalStop), the trainer's checkpoint of that step saved as training ends."""
+    """A SIGINT during the update that reaches `step` (given to the trainer's SignalWatch
+    `watch`): training stops there, without the epoch's evaluation, the trainer's checkpoint
+    of that step saved as training ends."""
 
-    def __init__(self, step: int):
+    def __init__(self, step: int, watch):
         super().__init__()
-        self.step = step
+        self.step, self.watch = step, watch
 
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) == self.step:
-            self.model.stop_training = self.model.stop_at_once = True
+    def on_train_batch_begin(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step - 1:
+            self.watch._received(signal.SIGINT, None)
 
 
 def test_a_run_stopped_before_an_evaluation_evaluates_it_when_resumed(straight, data_dir,
                                                                        tmp_path):
     output_dir = tmp_path / "signalled"
-    train(data_dir, output_dir, config(), [StopAtOnce(PEAK)])
+    watch = SignalWatch()
+    with pytest.raises(StoppedBySignal):
+        train(data_dir, output_dir, config(), [StopAtOnce(PEAK, watch)], watch)
     assert checkpoints.latest(str(output_dir)) == f"{output_dir}/model.ckpt-{PEAK}"
     steps = [entry["step"] for entry in
              json.loads((output_dir / "evaluations.json").read_text())["evaluations"]]

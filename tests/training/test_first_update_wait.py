@@ -4,22 +4,8 @@ first update is done before."""
 import threading
 
 import pytest
-import tensorflow as tf
 
 from t2t_lite.training import trainer
-from t2t_lite.training.step import COUNTS
-
-
-class CountingSteps:
-    """What run_loop needs of TrainingSteps: an update counts one step."""
-
-    def __init__(self):
-        self.optimizer = type("Optimizer", (), {"iterations": tf.Variable(0, dtype=tf.int64)})
-        self.stop_training = self.stop_at_once = False
-
-    def train_step(self, batch):
-        self.optimizer.iterations.assign_add(1)
-        return dict.fromkeys(COUNTS, 1.0)
 
 
 def blocking_batches(released: threading.Event):
@@ -27,6 +13,17 @@ def blocking_batches(released: threading.Event):
         raise AssertionError("no line while the first batch was awaited")
     while True:
         yield {}
+
+
+def first_update(wait, batches):
+    """The callback's events of two updates as the Trainer gives them, each waiting for its
+    batch."""
+    wait.on_train_begin()
+    for index in range(2):
+        wait.on_train_batch_begin(index)
+        next(batches)
+        wait.on_train_batch_end(index, {})
+    wait.on_train_end()
 
 
 @pytest.mark.parametrize("jit_compile, replicas", [(False, 1), (True, 2)])
@@ -42,8 +39,7 @@ def test_a_first_update_waiting_for_its_batch_says_so(monkeypatch, jit_compile, 
     monkeypatch.setattr(trainer.logging, "info", info)
     monkeypatch.setattr(trainer, "FIRST_UPDATE_PATIENCE_SECONDS", 0.01)
     wait = trainer.FirstUpdateWait(batch_size=4096, replicas=replicas, jit_compile=jit_compile)
-    trainer.run_loop(CountingSteps(), blocking_batches(released), None,
-                     trainer.RunConfig(train_steps=2, eval_steps=0), [wait])
+    first_update(wait, blocking_batches(released))
     waiting = [line for line in lines if line.startswith("the first update")]
     shares = " x 2 replicas" if replicas == 2 else ""
     assert waiting == [
@@ -60,7 +56,6 @@ def test_a_quick_first_update_says_nothing(monkeypatch):
                                    seconds=600)
     released = threading.Event()
     released.set()
-    trainer.run_loop(CountingSteps(), blocking_batches(released), None,
-                     trainer.RunConfig(train_steps=2, eval_steps=0), [wait])
+    first_update(wait, blocking_batches(released))
     wait.timer.join()  # cancelled: ends at once
     assert not [line for line in lines if line.startswith("the first update")]

@@ -200,15 +200,15 @@ def test_a_source_without_a_checkpoint_or_its_hparams_json_is_refused(data_dir, 
     hparams = hparams_of(FINE_TUNED)
     with pytest.raises(CheckpointError, match=f"--warm_start_from={tmp_path}: no checkpoint "
                                               f"there"):
-        warm_start.checked_source(str(tmp_path), str(tmp_path / "new"), problem, data_dir,
-                                  "transformer", hparams)
+        warm_start.checked_source(str(tmp_path), str(tmp_path / "new"), warm_start.NewRun(
+                                  problem, data_dir, "transformer", hparams))
     alone = tmp_path / "alone" / "run"
     shutil.copytree(trained_dir, alone)
     (alone / "hparams.json").unlink()
     with pytest.raises(CheckpointError, match=f"no hparams.json beside {alone}/model.ckpt-2 "
                                               f"\\(in {alone} or {alone.parent}\\)"):
-        warm_start.checked_source(str(alone), str(tmp_path / "new"), problem, data_dir,
-                                  "transformer", hparams)
+        warm_start.checked_source(str(alone), str(tmp_path / "new"), warm_start.NewRun(
+                                  problem, data_dir, "transformer", hparams))
 
 
 def test_a_damaged_source_is_refused_naming_one_that_restores(data_dir, trained_dir,
