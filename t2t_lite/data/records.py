@@ -181,8 +181,7 @@ def count_records(manifest: str, filepattern: str) -> int:
 
 def manifest_vocabulary(path: str):
     """The origin of the vocabulary that encoded the split whose manifest is at `path`
-    ({"from", "sha256", ...}, see write_manifest), or None for a manifest without one (of a
-    vocabulary made in code, or of a datagen before it was recorded)."""
+    ({"from", "sha256", ...}, see write_manifest), or None for a vocabulary made in code."""
     return read_manifest(path).get(VOCABULARY)
 
 

@@ -172,9 +172,6 @@ def _replace_average(values: dict, out_path: str, step: str) -> str:
         if _current_name(folder) != name:  # not when interrupted just after the switch
             atomic_files.remove_matching(prefix + ".*", prefix + "_temp*")
         raise
-    # The earlier versions' average at out_path itself: the index first, so that no data
-    # file is left that an index pairs with.
-    atomic_files.remove_matching(folder + ".index", folder + ".data-*")
     _remove_other_averages(folder, keep=name)
     return prefix
 

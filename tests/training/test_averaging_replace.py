@@ -69,18 +69,10 @@ def states_while_replacing(output_dir, folder, out, monkeypatch, replace):
     return [state + out[len(folder):] for state in states]
 
 
-@pytest.mark.parametrize("earlier_layout", [False, True])
-def test_a_kill_at_any_point_leaves_the_old_or_the_new_average(output_dir, tmp_path, monkeypatch,
-                                                               earlier_layout):
-    """earlier_layout: the old average is model.ckpt.index and .data-* (t2t_lite before), which
-    the new one replaces too."""
+def test_a_kill_at_any_point_leaves_the_old_or_the_new_average(output_dir, tmp_path,
+                                                               monkeypatch):
     folder, out = str(tmp_path / "averaged"), str(tmp_path / "averaged" / "model.ckpt")
-    if earlier_layout:
-        os.makedirs(folder)
-        tf.train.Checkpoint(model={"dense/kernel": tf.Variable(
-            np.full(SHAPE, 4.0, np.float32))}).write(out)
-    else:
-        averaging.average_checkpoints(output_dir, 2, out)
+    averaging.average_checkpoints(output_dir, 2, out)
     assert restored_value(output_dir, out) == 4.0
     states = states_while_replacing(
         output_dir, folder, out, monkeypatch,
