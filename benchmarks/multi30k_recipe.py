@@ -67,7 +67,7 @@ class CurveCheckpoints(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):  # every 0: the last update's point only
         self.start = self.last_update = time.time()
         self.next_save = self.every or math.inf
-        self.manager = checkpoints.make_manager(self.curve_dir, self.model.model, max_to_keep=None)
+        self.manager = checkpoints.make_manager(self.curve_dir, self.model, max_to_keep=None)
 
     def on_train_batch_end(self, batch, logs=None):
         self.last_update = time.time()
