@@ -1,27 +1,8 @@
-"""Searching and scoring with a CTranslate2 model folder (`t2t_lite-decoder --ctranslate2_model=E`).
-
-`t2t_lite-exporter --format=ctranslate2` writes the folder (serving/ctranslate2_export.py);
-this module's CTranslate2Engine is the engine of decoding/results.py over it: CTranslate2's
-translate_batch and score_batch on batches of t2t_lite's source ids, so that the decoder's
-Translator keeps its reading, batching by length, per-line handling, progress and writing, and
-only the search changes hands.
-
-What differs from t2t_lite's own search (docs/decoding.md says by how much BLEU):
-- The length penalty: CTranslate2 divides a hypothesis' log probability by length^alpha (its
-  `length_penalty`; the length counts the EOS when the hypothesis ended), t2t by GNMT's
-  ((5 + length) / 6)^alpha; alpha is passed as it is.
-- The stopping rule: CTranslate2 ends a sentence once beam_size hypotheses have finished
-  (its patience 1), t2t_lite's default when no alive hypothesis can beat the best finished one.
-- The length limit: one number for a batch in CTranslate2 (`max_decoding_length`), here its
-  longest input + extra_length; t2t_lite allows each sentence its own input length +
-  extra_length.
-Greedy search (beam_size=1) has none of these differences: its output equals t2t_lite's up
-to floating-point rounding (tests/serving/test_ctranslate2_export.py).
-
-The search runs with min_decoding_length=0: CTranslate2's default 1 takes EOS out of the first
-step's softmax, and the first piece's log probability would not be the model's (t2t_lite's
-search allows an empty output too).
-"""
+"""Searching and scoring with a CTranslate2 model folder (`t2t_lite-decoder
+--ctranslate2_model=E`, `t2t_lite.load(E)`): CTranslate2Engine runs translate_batch and
+score_batch on batches of t2t_lite's source ids under the decoder's Translator, so that only the
+search changes hands. Its length penalty, stopping rule and length limit are CTranslate2's
+(docs/decoding.md, "With CTranslate2"); min_decoding_length=0 keeps EOS in the first step."""
 import json
 import os
 import threading
