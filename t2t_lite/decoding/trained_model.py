@@ -16,7 +16,7 @@ from t2t_lite.errors import FlagError
 from t2t_lite.hparams_lib import TRAINING_ONLY_HPARAMS, HParamsError, parse_overrides
 from t2t_lite.models import restoring
 from t2t_lite.storage.run_description import (checked_vocabulary, description_path,
-                                              recorded_vocabulary, saved_run)
+                                              listed_changes, recorded_vocabulary, saved_run)
 
 # What inference may take other than the record: the dtype it computes in.
 INFERENCE_SETTINGS = frozenset({"mixed_precision"})
@@ -110,7 +110,7 @@ def recorded_names(run: dict, path: str, problem: str = None, model: str = None)
         several = len(refused) > 1
         raise FlagError(
             f"{given} {'differ' if several else 'differs'} from the trained model: "
-            f"{_listed(refused, path)}. A trained model is decoded and exported with the "
+            f"{listed_changes(refused, path)}. A trained model is decoded and exported with the "
             f"problem and model it was trained on: drop {'them' if several else 'it'} from "
             f"the flags")
     return run["problem"], run["model"]
@@ -131,21 +131,17 @@ def inference_hparams(recorded, requested, path: str, given: str):
                if name not in INFERENCE_SETTINGS | TRAINING_ONLY_HPARAMS}
     if refused:
         raise FlagError(
-            f"{given} changes the trained model: {_listed(refused, path)}. A trained model is "
-            f"decoded and exported as it was trained (only mixed_precision may change): drop "
+            f"{given} changes the trained model: {listed_changes(refused, path)}. A trained "
+            f"model is decoded and exported as it was trained (only mixed_precision may "
+            f"change): drop "
             f"{'them' if len(refused) > 1 else 'it'} from the flags")
     ignored = {name: values for name, values in changed.items()
                if name in TRAINING_ONLY_HPARAMS}
     if ignored:
         logging.warning("%s: ignored, only training reads them: %s", given,
-                        _listed(ignored, path))
+                        listed_changes(ignored, path))
     return recorded.replace(**{name: after[name] for name in changed
                                if name in INFERENCE_SETTINGS})
-
-
-def _listed(changes: dict, path: str) -> str:
-    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
-                     for name, (before, after) in changes.items())
 
 
 def decode_hparams(settings: dict) -> tuple:

@@ -166,6 +166,12 @@ def differing_values(recorded: dict, problem_name: str, model_name: str, hparams
             if before[name] != value}
 
 
+def listed_changes(changes: dict, path: str) -> str:
+    """"name: RECORDED in PATH, REQUESTED requested; ..." of {name: (recorded, requested)}."""
+    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
+                     for name, (before, after) in changes.items())
+
+
 def vocabulary_record(problem, data_dir: str) -> dict:
     """The record of the vocabulary that `problem` (a data.problem.Problem) reads in data_dir:
     the folder (absolute), the number of ids, and the name and sha256 of each of its

@@ -21,7 +21,7 @@ from t2t_lite.hparams_lib import OPTIMIZATION_HPARAMS
 from t2t_lite.models.building import build_model
 from t2t_lite.storage.run_description import (description_path, differing_values, record_training,
                                       saved_run)
-from t2t_lite.storage.run_description import checked_vocabulary
+from t2t_lite.storage.run_description import checked_vocabulary, listed_changes
 from t2t_lite.storage.storage_errors import reported_full_storage
 from t2t_lite.training import distribution, warm_start
 from t2t_lite.training.adam import Adam
@@ -152,16 +152,11 @@ def resumable_hparams(output_dir: str, problem_name: str, model_name: str, hpara
     if refused:
         raise ResumeError(
             f"--output_dir={output_dir} holds another run than the one requested: "
-            f"{_listed(refused, path)}. To train this one, choose a new --output_dir; to "
+            f"{listed_changes(refused, path)}. To train this one, choose a new --output_dir; to "
             f"resume that one, run with its problem, model and hparams (see {path})")
     if changes:
-        logging.warning("resuming with other training settings: %s", _listed(changes, path))
+        logging.warning("resuming with other training settings: %s", listed_changes(changes, path))
     return hparams
-
-
-def _listed(changes: dict, path: str) -> str:
-    return "; ".join(f"{name}: {before!r} in {path}, {after!r} requested"
-                     for name, (before, after) in changes.items())
 
 
 def make_optimizer(hparams):
