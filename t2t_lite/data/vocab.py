@@ -215,7 +215,10 @@ def _load_processor(model_path: str, model_proto: bytes):
     vocabulary datagen writes (empty, cut short, not a SentencePiece model, or without PAD = 0
     and EOS = 1 and a piece after them)."""
     try:
-        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        # An empty proto is never loaded, and asking an unloaded processor anything prints
+        # SentencePiece's own "Model is not initialized" lines before the one error.
+        processor = (sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+                     if model_proto else None)
     except RuntimeError:  # the protobuf does not parse
         processor = None
     if (processor is None or processor.get_piece_size() <= NUM_RESERVED_IDS

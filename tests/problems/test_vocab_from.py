@@ -344,6 +344,20 @@ def test_each_source_without_one_vocabulary_is_refused_writing_nothing(parent, n
     assert not data_dir.exists() and not tmp_dir.exists()
 
 
+@pytest.mark.parametrize("contents", [b"", b"not a SentencePiece model", b"\x0a\x02ab"],
+                         ids=["empty", "text", "another protobuf"])
+def test_a_file_that_is_no_vocabulary_is_the_one_error_without_sentencepiece_lines(
+        tmp_path, capfd, contents):
+    """SentencePiece's C++ logging writes to the process's stderr itself ("Model is not
+    initialized" for an empty file): nothing but the error may reach it."""
+    foreign = tmp_path / "foreign.model"
+    foreign.write_bytes(contents)
+    capfd.readouterr()
+    with pytest.raises(DataError, match="is not a SentencePiece vocabulary of t2t_lite"):
+        vocabulary_source.find(str(foreign))
+    assert capfd.readouterr() == ("", "")
+
+
 def test_a_problem_whose_vocabulary_is_made_in_code_is_refused(parent, tmp_path):
     code, output = run("datagen", "--problem=algorithmic_copy", f"--data_dir={tmp_path}/data",
                        f"--tmp_dir={tmp_path}/tmp", f"--vocab_from={parent['output_dir']}")
