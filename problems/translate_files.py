@@ -70,21 +70,29 @@ def recorded_train_pairs(recorded: dict) -> list:
 
 
 _END = object()  # what next() gives for a corpus read to its end
+# The passes over one corpus after which a weighted sample stops, every corpus read whole or
+# not: a corpus of weight 1e-6 would otherwise be read whole only after some 1e6 draws per
+# pair, its partner read a million times over (weights above 1% are read whole first).
+MAX_PASSES = 100
 
 
-def sample_by_weight(corpora: list, weights: list, seed: int):
+def sample_by_weight(corpora: list, weights: list, seed: int, max_passes: int = MAX_PASSES):
     """Yields the items of several corpora interleaved at random: each next one from corpus i
     with probability weights[i] / sum(weights) (random.Random(seed): the same seed, the same
     sample), a corpus that ends starting over, until every corpus has been read whole at least
-    once. `corpora`: functions that return a new iterator over a corpus each time."""
+    once, or one has been read whole `max_passes` times. `corpora`: functions that return a new
+    iterator over a corpus each time."""
     rng, weights = random.Random(seed), list(weights)
     iterators = [corpus() for corpus in corpora]
-    unread = set(range(len(corpora)))
+    unread, passes = set(range(len(corpora))), [0] * len(corpora)
     while unread and any(weights):
         index = rng.choices(range(len(corpora)), weights)[0]
         item = next(iterators[index], _END)
         if item is _END:
             unread.discard(index)
+            passes[index] += 1
+            if passes[index] >= max_passes:
+                return
             iterators[index] = corpora[index]()
             item = next(iterators[index], _END)
             if item is _END:  # an empty corpus: never drawn again

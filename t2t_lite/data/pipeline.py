@@ -148,14 +148,17 @@ def weighted_examples(filepatterns: list, weights: list, max_length: int, traini
     """Examples drawn from several corpora, each read as `corpus_examples`, the next one from
     corpus i with probability weights[i] / sum(weights) (tf.data's sample_from_datasets, as
     OpenNMT-tf samples its weighted training files), seeded by `seed`: the same seed gives the
-    same order. Finite corpora (repeat=False) are drawn from until the last one ends."""
+    same order. Finite corpora (repeat=False) are drawn from until the first one ends: past
+    it the draws no longer follow the weights, and each example left in a corpus of weight w
+    would take about 1/w draws (for ever at w=1e-6)."""
     # A seed of its own for each corpus: corpora of one size would be shuffled alike.
     corpora = [corpus_examples(pattern, max_length, training, shuffle_files, repeat,
                                None if seed is None else seed + index)
                for index, pattern in enumerate(filepatterns)]
     total = float(sum(weights))
     return tf.data.Dataset.sample_from_datasets(
-        corpora, weights=[weight / total for weight in weights], seed=seed)
+        corpora, weights=[weight / total for weight in weights], seed=seed,
+        stop_on_empty_dataset=not repeat)
 
 
 def batched_dataset(filepattern, hparams, training: bool, shuffle_files: bool = True,

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import shutil
+import threading
 
 import pytest
 
@@ -15,6 +16,7 @@ from t2t_lite.bin import datagen
 from t2t_lite.data import pipeline, records
 from t2t_lite.errors import DataError, FlagError
 from t2t_lite.training.data_watch import DataWatch
+from t2t_lite.problems import translate_files
 
 from program_runs import error_lines, hparams_of, run
 
@@ -217,3 +219,31 @@ def test_a_bad_weight_is_one_error_line_and_nothing_written(files, tmp_path):
     assert error_lines(output) == ["error: --train_weights=0.8,0: every weight must be a "
                                    "positive number, not 0"]
     assert not (tmp_path / "data").exists()
+
+
+def test_a_tiny_weight_ends_datagen_and_batches_still_follow_the_weights(files, tmp_path):
+    """--train_weights=1e-6,1: datagen ends within a minute (its summary once drew from the
+    finite corpora until the rare one ended, some 1e6 draws an example: for ever), and the
+    training batches hold A at about its weight. A thread, so that a datagen that spins fails
+    the test after the minute instead of holding it."""
+    data_dir = str(tmp_path / "data")
+    problem = configured(files, weights=(1e-6, 1))
+    done = []
+    datagen_run = threading.Thread(target=lambda: done.append(
+        problem.generate_data(data_dir, str(tmp_path / "tmp"))), daemon=True)
+    datagen_run.start()
+    datagen_run.join(timeout=60)
+    assert done, "datagen with --train_weights=1e-6,1 ran for more than a minute"
+    counts = corpus_counts(problem, data_dir, train_batches(data_dir, seed=3).take(50))
+    assert counts["omega"] > 1000 and counts["alpha"] / sum(counts.values()) < 0.001, counts
+
+
+def test_a_tiny_weights_vocabulary_sample_stops_after_the_passes_of_the_other_corpus(files):
+    """The sample reads every corpus whole, or one corpus MAX_PASSES times: at 1e-6, A would be
+    read whole after some 400 million draws."""
+    problem = configured(files, weights=(1e-6, 1))
+    limit = translate_files.MAX_PASSES * SIZES["omega"] + 10
+    sample = list(itertools.islice(problem.vocabulary_samples(None, None), limit))
+    assert len(sample) < limit
+    assert sum(item["inputs"].startswith("omega") for item in sample) >= (
+        (translate_files.MAX_PASSES - 1) * SIZES["omega"])
