@@ -253,6 +253,13 @@ def save(manager, step: int) -> str:
         raise
 
 
+def remove_interrupted_saves(folder: str):
+    """Removes the `model.ckpt-STEP_temp/` folders that saves killed before their end (`kill
+    -9`, where `save` cannot clean up) left in `folder`: TensorFlow merges a save's shards out
+    of that folder, so no checkpoint ever reads it. Only for the folder's one writer."""
+    atomic_files.remove_matching(tf.io.gfile.join(folder, f"{CHECKPOINT_NAME}-*_temp"))
+
+
 def reader(checkpoint_path: str) -> Reader:
     """A reader of the checkpoint with this prefix; a DamagedCheckpointError when its index or
     a value cannot be read, or its .data files are shorter than the values they hold.

@@ -57,11 +57,17 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.log_every_steps = log_every_steps
         self.hparams = hparams
         self.budget = budget
-        self.train_writer, self.eval_writer = (
-            [tf.summary.create_file_writer(tf.io.gfile.join(output_dir, name))
-             for name in ("train", "eval")] if output_dir
-            else [tf.summary.create_noop_writer()] * 2)  # not the chief: progress lines only
+        self.output_dir = output_dir  # None (not the chief): progress lines only
+        self._writers = {}  # opened at their first scalar: a run that trains nothing writes none
         self._last = None  # (step, time, loss_sum, target tokens, real tokens) at the last line
+
+    def _writer(self, name: str):
+        """The summary writer of output_dir/name ("train", "eval"), created at first use."""
+        if name not in self._writers:
+            self._writers[name] = (
+                tf.summary.create_file_writer(tf.io.gfile.join(self.output_dir, name))
+                if self.output_dir else tf.summary.create_noop_writer())
+        return self._writers[name]
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -92,7 +98,7 @@ class TrainingMonitor(keras.callbacks.Callback):
                      "%.2f steps/s  %s left%s", step, end_step, loss, rate,
                      tokens_per_second, source_per_second, steps_per_second,
                      format_duration(seconds_left), " (time budget)" if budgeted else "")
-        with self.train_writer.as_default(step=step):
+        with self._writer("train").as_default(step=step):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", rate)
             tf.summary.scalar("target_tokens_per_second", tokens_per_second)
@@ -106,11 +112,11 @@ class TrainingMonitor(keras.callbacks.Callback):
             step = self._step()
             logging.info("step %d  dev loss %.4f  dev token accuracy %.4f", step,
                          logs["val_loss"], logs["val_accuracy"])
-            with self.eval_writer.as_default(step=step):
+            with self._writer("eval").as_default(step=step):
                 tf.summary.scalar("loss", logs["val_loss"])
                 tf.summary.scalar("accuracy", logs["val_accuracy"])
-            self.eval_writer.flush()
-        self.train_writer.flush()
+        for writer in self._writers.values():
+            writer.flush()
 
 
 def write_learning_rate_picture(hparams, train_steps: int, path: str) -> str:

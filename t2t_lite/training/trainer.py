@@ -383,7 +383,9 @@ def _train_locked(run: CheckedRun, config, callbacks: tuple, strategy,
     model, optimizer, latest, started_from, run_id = _restored(run, config, strategy)
     step = int(optimizer.iterations.numpy())
     record = None  # a resumed run's changes, recorded after its first checkpoint
-    if distribution.is_chief(strategy):
+    if distribution.is_chief(strategy):  # the one writer of output_dir and O/best
+        for folder in (run.output_dir, best.best_folder(run.output_dir)):
+            checkpoints.remove_interrupted_saves(folder)
         record = functools.partial(record_run, run, step, config.train_steps, started_from)
         if not (latest and saved_run(run.output_dir)):  # a new record: before the first step
             record()

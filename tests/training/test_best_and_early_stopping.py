@@ -25,7 +25,7 @@ from t2t_lite.training import best, trainer
 from t2t_lite.training.loop import DevMetric
 from t2t_lite.training.signals import SignalWatch, StoppedBySignal
 
-from program_runs import TINY, hparams_of, run
+from program_runs import TINY, file_hashes, hparams_of, run
 
 # Dev BLEU by step: it rises to 30 at step 10, then falls for 3 evaluations (patience 3).
 BLEU = {2: 10.0, 4: 20.0, 6: 25.0, 8: 24.0, 10: 30.0, 12: 29.0, 14: 28.0, 16: 27.0,
@@ -121,9 +121,11 @@ def test_the_best_so_far_is_in_tensorboard(straight):
 
 
 def test_a_run_stopped_early_does_not_train_on(straight, tmp_path, data_dir):
+    """It says so and writes nothing in O: no checkpoint, no TensorBoard event file."""
     output_dir = tmp_path / "again"
     shutil.copytree(straight[0], output_dir)
     before = checkpoints.existing_checkpoints(str(output_dir))
+    files = file_hashes(output_dir)
     lines = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(best.logging, "info", lambda text, *args: lines.append(text % args))
@@ -134,6 +136,24 @@ def test_a_run_stopped_early_does_not_train_on(straight, tmp_path, data_dir):
         f"(--early_stopping_patience={PATIENCE}); nothing to train"]
     assert checkpoints.existing_checkpoints(str(output_dir)) == before
     assert best_record(output_dir) == best_record(straight[0])
+    assert file_hashes(output_dir) == files
+
+
+def test_a_resume_removes_the_temporary_folders_of_killed_saves(straight, tmp_path, data_dir):
+    """A save killed with SIGKILL leaves TensorFlow's model.ckpt-STEP_temp/ with the shards it
+    was writing, in O/best as in O; the next run there removes them and keeps the rest."""
+    output_dir = tmp_path / "killed_save"
+    shutil.copytree(straight[0], output_dir)
+    files = file_hashes(output_dir)
+    leftovers = [output_dir / "best" / f"model.ckpt-{PEAK + 2}_temp",
+                 output_dir / f"model.ckpt-{STOP + 2}_temp"]
+    for leftover in leftovers:
+        leftover.mkdir()
+        (leftover / "part-00000-of-00001.index").write_bytes(b"half")
+        (leftover / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"written")
+    train(data_dir, output_dir, config())
+    assert not any(leftover.exists() for leftover in leftovers)
+    assert file_hashes(output_dir) == files
 
 
 KILLED_RUN = textwrap.dedent("""
