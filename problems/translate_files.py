@@ -169,8 +169,9 @@ class TranslateTextFiles(Text2TextProblem):
             raise DataError(f"{self.config_path(data_dir)} records {len(pairs)} training corpora "
                             f"and {len(weights)} train_weights: rerun "
                             f"{self.datagen_command(data_dir)} into an empty --data_dir")
-        return [self.corpus(data_dir, CORPUS_NAME.format(index), weight)
-                for index, weight in enumerate(weights)]
+        return [dataclasses.replace(self.corpus(data_dir, CORPUS_NAME.format(index), weight),
+                                    files=tuple(pair))
+                for index, (weight, pair) in enumerate(zip(weights, pairs))]
 
     vocabulary_sample_seed = 0  # of the sample of several corpora the vocabulary trains on
 

@@ -34,11 +34,13 @@ class Corpus:
     """Shards with a manifest of their own that training reads as one source of examples: a
     split, or one of the training split's corpora. `name`: what filepattern and manifest_path
     take (a split name, or "train.c0" for a problem's first training corpus); `weight`: its
-    share of the training examples, None for a share in proportion to its examples."""
+    share of the training examples, None for a share in proportion to its examples; `files`:
+    the raw files it was generated from, for messages, when the problem records them."""
     name: str
     filepattern: str
     manifest: str
     weight: float = None
+    files: tuple = None
 
 
 def datagen_output(data_dir: str, purpose: str = None) -> outputs.Output:
@@ -269,6 +271,13 @@ class Problem:
         for name, stats in written.items():
             lines.append(f"  {name}: {stats.describe()}")
         corpora = self.train_corpora(data_dir)
+        for corpus in corpora:
+            stats = written.get(corpus.name)
+            if len(corpora) > 1 and stats and not stats.records:
+                logging.warning("the training corpus %s%s kept no pair (%s): the trainer "
+                                "refuses a corpus without examples", corpus.name,
+                                f" ({', '.join(corpus.files)})" if corpus.files else "",
+                                stats.describe())
         if any(written.get(corpus.name) for corpus in corpora):
             hparams = HParams(max_length=self.max_length)  # transformer_base's batch_size
             # Not self.dataset: the shards were verified as they were written.
@@ -331,12 +340,15 @@ class Problem:
         checked. A batch_size under the longest
         example's padded length only gets a warning: that example still trains, alone in its
         batch (t2t's max(1, batch_size // length)), in more tokens than batch_size."""
-        manifests = [corpus.manifest for corpus in self.train_corpora(data_dir)]
-        if not all(tf.io.gfile.exists(manifest) for manifest in manifests):
+        corpora = self.train_corpora(data_dir)
+        if not all(tf.io.gfile.exists(corpus.manifest) for corpus in corpora):
             return
         lengths = {}
-        for manifest in manifests:
-            for length, count in records.manifest_example_lengths(manifest).items():
+        for corpus in corpora:
+            corpus_lengths = records.manifest_example_lengths(corpus.manifest)
+            if len(corpora) > 1:
+                self._check_corpus_has_examples(data_dir, corpus, corpus_lengths, hparams)
+            for length, count in corpus_lengths.items():
                 lengths[length] = lengths.get(length, 0) + count
         accumulate = hparams.optimizer_multistep_accumulate_steps
         asked = hparams.batch_size * num_replicas * accumulate
@@ -365,6 +377,27 @@ class Problem:
                   "generate more training data")
         raise DataError(f"{asks}, but one pass over the training data in {data_dir} holds "
                         f"{holds}: {remedy}")
+
+    def _check_corpus_has_examples(self, data_dir: str, corpus: Corpus, lengths: dict, hparams):
+        """A DataError naming a training corpus of several that has no example of at most
+        hparams.max_length tokens (`lengths`: its manifest's): training would draw from the
+        other corpora alone, its weight ignored."""
+        if any(length <= hparams.max_length for length in lengths):
+            return
+        weight = "" if corpus.weight is None else f", weight {corpus.weight:g}"
+        files = f" ({', '.join(corpus.files)}{weight})" if corpus.files else ""
+        leave_out = (f"or leave it out of --train_source, --train_target and --train_weights "
+                     f"and generate the data again into a new --data_dir")
+        if lengths:
+            why = (f"none of its {sum(lengths.values())} examples has at most --hparams="
+                   f"max_length={hparams.max_length} tokens (the shortest has {min(lengths)})")
+            fix = f"raise max_length to {min(lengths)} or more, {leave_out}"
+        else:
+            why = (f"datagen kept none of its pairs (each has an empty side or more than "
+                   f"datagen's max_length={self.max_length} tokens)")
+            fix = f"shorten or split its lines, {leave_out}"
+        raise DataError(f"the training corpus {corpus.name}{files} in {data_dir}: {why}, so "
+                        f"training would draw from the other corpora alone: {fix}")
 
     @staticmethod
     def _warn_examples_over_batch_size(longest: int, hparams):

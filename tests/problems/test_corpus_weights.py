@@ -14,7 +14,9 @@ import pytest
 from t2t_lite import registry
 from t2t_lite.bin import datagen
 from t2t_lite.data import pipeline, records
+from t2t_lite.data import problem as problem_module
 from t2t_lite.errors import DataError, FlagError
+from t2t_lite.training import trainer
 from t2t_lite.training.data_watch import DataWatch
 from t2t_lite.problems import translate_files
 
@@ -247,3 +249,68 @@ def test_a_tiny_weights_vocabulary_sample_stops_after_the_passes_of_the_other_co
     assert len(sample) < limit
     assert sum(item["inputs"].startswith("omega") for item in sample) >= (
         (translate_files.MAX_PASSES - 1) * SIZES["omega"])
+
+
+def write_long_corpus(folder, marker: str, words: int, count: int = 5) -> tuple:
+    """(source, target) files of `count` lines of `words` words each after `marker`."""
+    rng = random.Random(words)
+    source = [f"{marker} " + " ".join(rng.choice(WORDS) for _ in range(words))
+              for _ in range(count)]
+    paths = (str(folder / f"{marker}.en"), str(folder / f"{marker}.de"))
+    for path, lines in zip(paths, (source, [line.upper() for line in source])):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def with_long_corpora(files, tmp_path_factory):
+    """(data_dir, the corpora's pairs, datagen's warnings) of corpus A, a corpus of lines of 40
+    words (kept by datagen, over max_length=32 tokens) and one of 300 words (over datagen's
+    256 tokens: written with no record)."""
+    folder = tmp_path_factory.mktemp("long")
+    pairs = [files["train"][0], write_long_corpus(folder, "long", 40),
+             write_long_corpus(folder, "endless", 300)]
+    data_dir = str(folder / "data")
+    warnings = []
+    problem = registry.problem("translate_text_files").configure(
+        pairs, files["dev"], vocab_size=60, train_weights=(0.5, 0.3, 0.2))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(problem_module.logging, "warning",
+                      lambda text, *args: warnings.append(text % args))
+        problem.generate_data(data_dir, str(folder / "tmp"))
+    return data_dir, pairs, warnings
+
+
+def test_a_corpus_filtered_to_nothing_is_one_error_naming_it_before_training(
+        with_long_corpora, tmp_path):
+    """Training would draw from the other corpora alone, the corpus's weight ignored: the
+    trainer refuses before it writes anything, naming the corpus, its files, the limit that
+    filtered it and what to do; datagen warns as it writes it."""
+    data_dir, pairs, warnings = with_long_corpora
+    problem = registry.problem("translate_text_files")
+    assert [line for line in warnings if "train.c2" in line] == [
+        f"the training corpus train.c2 ({', '.join(pairs[2])}) kept no pair (0 records; "
+        f"skipped 5 longer than max_length={problem.max_length} tokens): the trainer refuses "
+        f"a corpus without examples"]
+    shortest = min(records.manifest_example_lengths(problem.train_corpora(data_dir)[1].manifest))
+    assert 32 < shortest <= problem.max_length
+    with pytest.raises(DataError) as error:
+        problem.check_batch_size(data_dir, BATCHES)  # max_length=32
+    assert str(error.value) == (
+        f"the training corpus train.c1 ({', '.join(pairs[1])}, weight 0.3) in {data_dir}: none "
+        f"of its 5 examples has at most --hparams=max_length=32 tokens (the shortest has "
+        f"{shortest}), so training would draw from the other corpora alone: raise max_length "
+        f"to {shortest} or more, or leave it out of --train_source, --train_target and "
+        f"--train_weights and generate the data again into a new --data_dir")
+    output_dir = tmp_path / "train"
+    with pytest.raises(DataError) as error:
+        trainer.train("translate_text_files", "transformer",
+                      BATCHES.replace(max_length=problem.max_length), data_dir,
+                      str(output_dir), trainer.RunConfig(train_steps=1))
+    assert str(error.value).startswith(
+        f"the training corpus train.c2 ({', '.join(pairs[2])}, weight 0.2) in {data_dir}: "
+        f"datagen kept none of its pairs (each has an empty side or more than datagen's "
+        f"max_length={problem.max_length} tokens), so training would draw from the other "
+        f"corpora alone: shorten or split its lines, or leave it out")
+    assert not output_dir.exists()
