@@ -126,7 +126,8 @@ def main(argv):
     search_hparams, translator_hparams = common.decode_hparams_from_flags()
     run.problem  # an unknown problem is refused before the files are read
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
-    form = OutputForm() if FLAGS.score_targets is not None else decoder.output_form(translator_hparams)
+    scoring = FLAGS.score_targets is not None
+    form = OutputForm() if scoring else decoder.output_form(translator_hparams)
     wanted = [outputs.Output.file(path, "decode_to_file") for path in
               ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]
     if FLAGS.attention_dir:
