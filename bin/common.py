@@ -9,6 +9,7 @@ TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
 import os
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -20,17 +21,31 @@ from t2t_lite.errors import FlagError, UserError
 FLAGS = flags.FLAGS
 
 
-def start(main, define_flags):
+def start(main, define_flags, signal_watch=None, interrupted: str = "before the end"):
     """Runs a program: `memory_limits.prepare_for_the_limit` (under ulimit -v), then
     `load_tensorflow`, then `define_flags()` (flags may take the library's defaults, which
     load TensorFlow), then `main` through `run_main`; memory that runs out where Python sees
-    it is one error line (`memory_limits.memory_errors_reported`)."""
-    with _user_errors_reported():
-        memory_limits.prepare_for_the_limit()
-        with memory_limits.memory_errors_reported():
-            load_tensorflow()
-    define_flags()
-    run_main(main)
+    it is one error line (`memory_limits.memory_errors_reported`).
+
+    SIGTERM and SIGINT (Ctrl-C) are handled from the first instant by `signal_watch` (the
+    trainer's, which stops training with a checkpoint; by default a training.signals
+    SignalWatch that ends the program at once): a signal that ends it prints one line,
+    "stopped by SIGINT `interrupted`", and exits with 128 + its number (130, 143), with no
+    traceback. What was being written is left as its writer leaves it on any error."""
+    from t2t_lite.training import signals  # no TensorFlow: in place before it loads
+    watch = signal_watch or signals.SignalWatch()
+    try:
+        with watch.installed():
+            with _user_errors_reported():
+                memory_limits.prepare_for_the_limit()
+                with memory_limits.memory_errors_reported():
+                    load_tensorflow()
+            define_flags()
+            run_main(main)
+    except signals.Interrupted as interrupt:
+        print(f"stopped by {signal.Signals(interrupt.signal_number).name} {interrupted}",
+              file=sys.stderr)
+        sys.exit(interrupt.exit_status)
 
 
 def load_tensorflow():

@@ -60,6 +60,9 @@ def define_flags():
     flags.mark_flags_as_required(["data_dir"])
 
 
+# The files the decoder reads, which no output may be.
+INPUT_FLAGS = ("decode_from_file", "score_reference", "score_targets", "target_prefix_file")
+
 # Flags that do not go together: (flag, the flags it refuses, why).
 EXCLUSIVE = (
     ("decode_interactive", ("decode_from_file", "decode_to_file", "score_reference",
@@ -79,11 +82,11 @@ def check_exclusive_flags():
             if given:
                 raise common.FlagError(f"--{given[0]} does not go with --{flag}: {why}")
     if FLAGS.score_targets:
-        from t2t_lite.decoding import strategies
+        from t2t_lite.decoding.decoder import SCORING_SETTINGS, decode_hparams_names
         common.refuse_decode_hparams(
-            ("return_beams", "num_hypotheses", "write_beam_scores", "alignments",
-             *strategies.sampling_settings()),
-            "with --score_targets (it scores the given translations and searches nothing)")
+            set(decode_hparams_names()) - SCORING_SETTINGS,
+            f"with --score_targets (it scores the given translations and searches nothing: "
+            f"{' and '.join(sorted(SCORING_SETTINGS))} apply)")
         if not FLAGS.decode_from_file:
             raise common.FlagError("--score_targets needs --decode_from_file (the sources of "
                                    "its translations, a line each)")
@@ -123,6 +126,14 @@ def main(argv):
     search_hparams, translator_hparams = common.decode_hparams_from_flags()
     run.problem  # an unknown problem is refused before the files are read
     # Everything that can be wrong with the inputs and outputs fails here, before the work.
+    scoring = FLAGS.score_targets is not None
+    form = OutputForm() if scoring else decoder.output_form(translator_hparams)
+    wanted = [outputs.Output.file(path, "decode_to_file") for path in
+              ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]
+    if FLAGS.attention_dir:
+        wanted.append(outputs.Output.folder(FLAGS.attention_dir, "attention_dir", lock_name=None))
+    for output in wanted:
+        output.check({flag: FLAGS[flag].value for flag in INPUT_FLAGS})
     interactive, source = FLAGS.decode_interactive, FLAGS.decode_from_file or "stdin"
     lines = [] if interactive else decoder.read_sentences(FLAGS.decode_from_file,
                                                           "decode_from_file")
@@ -136,11 +147,6 @@ def main(argv):
     run.check_vocabulary()
     if not run.ctranslate2:
         decoder.check_alignment_layer(translator_hparams, run.hparams.decoder_layers)
-    form = OutputForm() if targets is not None else decoder.output_form(translator_hparams)
-    wanted = [outputs.Output.file(path, "decode_to_file") for path in
-              ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]
-    if FLAGS.attention_dir:
-        wanted.append(outputs.Output.folder(FLAGS.attention_dir, "attention_dir", lock_name=None))
     with outputs.opened(*wanted, name_full_disk=False):  # the files name a failed write
         model = TranslationModel(run, FLAGS.checkpoint_path, FLAGS.seed,
                                  FLAGS.intra_op_parallelism_threads)
@@ -166,7 +172,10 @@ def main(argv):
 
 
 def run():
-    common.start(main, define_flags)
+    """The program; a SIGINT or SIGTERM ends it at once with one line and status 130 or 143,
+    --decode_to_file not written (the lines done kept as on any failure)."""
+    common.start(main, define_flags, interrupted="before the end: no output file was "
+                 "completed; the same command starts again")
 
 
 if __name__ == "__main__":

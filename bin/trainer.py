@@ -12,7 +12,6 @@ Fine-tuning a trained model on new data (t2t's --warm_start_from; docs/training.
 
   t2t_lite-trainer --problem=algorithmic_reverse ... --warm_start_from=O --output_dir=O2
 """
-import signal
 import sys
 
 from t2t_lite.bin import common
@@ -114,14 +113,8 @@ def run():
     from t2t_lite.training import signals
     watch = signals.SignalWatch()
     signals.hold_sigterm()  # until main has made the strategy
-    try:
-        with watch.installed():
-            common.start(lambda argv: main(argv, watch), define_flags)
-    except signals.Interrupted as interrupt:
-        name = signal.Signals(interrupt.signal_number).name
-        print(f"stopped by {name} before training began: nothing written; the same command "
-              f"starts again", file=sys.stderr)
-        sys.exit(interrupt.exit_status)
+    common.start(lambda argv: main(argv, watch), define_flags, watch,
+                 "before training began: nothing written; the same command starts again")
 
 
 if __name__ == "__main__":

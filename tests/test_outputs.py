@@ -37,6 +37,25 @@ def test_a_second_writer_of_a_file_is_refused_by_check_and_by_opened(tmp_path):
     assert not (tmp_path / ".out.txt.lock").exists()
 
 
+def test_an_output_that_is_an_input_is_refused_by_any_spelling(tmp_path, monkeypatch):
+    """The same file by its name, ./name, a symlink or a hard link; another file, or an input
+    not given, is no refusal."""
+    source = tmp_path / "source.txt"
+    source.write_text("3 7 1\n")
+    os.symlink(source, tmp_path / "link.txt")
+    os.link(source, tmp_path / "hard.txt")
+    monkeypatch.chdir(tmp_path)
+    inputs = {"decode_from_file": "source.txt", "score_reference": None}
+    for spelling in ("source.txt", "./source.txt", str(source), "link.txt", "hard.txt"):
+        with pytest.raises(FlagError) as refused:
+            outputs.Output.file(spelling, "decode_to_file").check(inputs)
+        assert str(refused.value) == (
+            f"--decode_to_file={spelling} is the file --decode_from_file=source.txt reads: "
+            f"writing it would lose it; choose another file for --decode_to_file")
+    outputs.Output.file("other.txt", "decode_to_file").check(inputs)
+    assert source.read_text() == "3 7 1\n" and not (tmp_path / "other.txt").exists()
+
+
 @pytest.mark.parametrize("form, in_the_way, message", [
     (outputs.Output.folder, "file", "is a file, not a folder"),
     (outputs.Output.whole_folder, "file", "is a file: give the name of a folder"),

@@ -135,16 +135,39 @@ class CTranslate2Engine:
         """
         if not rows:
             return []
-        sources = [self._pieces(row[:-1]) for row in rows]  # the source EOS: the config's
-        target_prefix = None
-        if prefixes is not None and any(prefixes):
-            target_prefix = [self._pieces(prefix) or None for prefix in prefixes]
-        results = self._translate(sources, target_prefix, self._limit(rows, prefixes), seed)
-        hypotheses = [self._row_hypotheses(source, result, bool(prefix))
-                      for source, result, prefix in zip(
-                          sources, results, target_prefix or [None] * len(rows))]
+        prefixes = self._cut_prefixes(rows, prefixes)
+        # A row whose prefix fills its limit is not searched: its one hypothesis is the prefix.
+        filled = {i for i, prefix in enumerate(prefixes or ())
+                  if prefix and len(prefix) >= len(rows[i]) + self.search_hparams.extra_length}
+        hypotheses = [[(Hypothesis(prefixes[i] + [EOS_ID], 0.0, None), True)]
+                      if i in filled else None for i in range(len(rows))]
+        searched = [i for i in range(len(rows)) if i not in filled]
+        if searched:
+            sources = [self._pieces(rows[i][:-1]) for i in searched]  # source EOS: the config's
+            target_prefix = None
+            if prefixes is not None and any(prefixes[i] for i in searched):
+                target_prefix = [self._pieces(prefixes[i]) or None for i in searched]
+            limit = self._limit([rows[i] for i in searched],
+                                prefixes and [prefixes[i] for i in searched])
+            results = self._translate(sources, target_prefix, limit, seed)
+            for i, source, result, prefix in zip(searched, sources, results,
+                                                 target_prefix or [None] * len(searched)):
+                hypotheses[i] = self._row_hypotheses(source, result, bool(prefix))
         self._rescore(rows, hypotheses)
+        for i in filled:  # the score of its log probability, as _row_hypotheses' (no EOS)
+            hypothesis = hypotheses[i][0][0]
+            score = hypothesis.log_prob / len(prefixes[i]) ** self._penalty()
+            hypotheses[i] = [(hypothesis._replace(score=score), False)]
         return [[hypothesis for hypothesis, _ in row] for row in hypotheses]
+
+    def _cut_prefixes(self, rows: list, prefixes):
+        """The prefixes cut at their rows' limits (input length + extra_length), as t2t_lite's
+        search cuts them (loop.py: a prefix counts within the limit, and the output of a
+        longer one is the cut prefix)."""
+        if prefixes is None:
+            return None
+        extra = self.search_hparams.extra_length
+        return [list(prefix[:len(row) + extra]) for row, prefix in zip(rows, prefixes)]
 
     def score(self, rows: list, targets: list) -> list:
         """Per row the TargetScore of its target (results.py's engine.score): score_batch,

@@ -9,6 +9,7 @@ and what is written of it (TranslatorHParams); parse_decode_hparams gives each n
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import itertools
 import os
 import sys
@@ -87,6 +88,13 @@ def size_thread_pools(translator_hparams: TranslatorHParams, sentences: int,
 
 
 DECODE_HPARAMS_KINDS = (SearchHParams, TranslatorHParams)
+# What scoring given translations takes of the decode hparams: it searches nothing.
+SCORING_SETTINGS = frozenset({"batch_size", "parallel_batches"})
+
+
+def decode_hparams_names() -> list:
+    """Every name --decode_hparams takes, the search's then the Translator's."""
+    return [field.name for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)]
 
 
 def _hypotheses_asked(values: dict) -> dict:
@@ -181,6 +189,29 @@ class Translator:
             ids = ids[:limit]
         return ids + [EOS_ID] if eos else ids
 
+    def encode_prefix(self, number: int, line: str, name: str = "--target_prefix_file"):
+        """The target ids that translations of line `number` begin with ([] for an empty
+        line), or None (a warning naming line `number` of `name`) for a prefix the target
+        vocabulary cannot encode or spell: a character it has never seen (a SentencePiece
+        model without byte fallback) becomes its unknown piece, and no translation would
+        begin with the prefix."""
+        ids = self.encode(number, line, "targets", name, eos=False)
+        vocabulary, unknown = self.encoders["targets"], self._unknown_target_id
+        if ids is None or unknown not in ids:
+            return ids
+        unseen = sorted({char for char in line if unknown in vocabulary.encode(char)})
+        return self._warn(number, f"{name} line {number} not translated: the target "
+                          f"vocabulary cannot spell {''.join(unseen)!r} (it becomes "
+                          f"{vocabulary.unknown_token}), so no translation begins with the "
+                          f"prefix")
+
+    @functools.cached_property
+    def _unknown_target_id(self) -> int:
+        """The id of the target vocabulary's unknown piece (one encode never gives, for a
+        vocabulary that refuses what it does not know)."""
+        vocabulary = self.encoders["targets"]
+        return vocabulary.tokens.index(vocabulary.unknown_token)
+
     def _warn(self, number: int, message: str):
         """Logs what is wrong with line `number` (which keeps its place) and keeps it."""
         logging.warning("%s", message)
@@ -209,18 +240,21 @@ class Translator:
                            for hypotheses in results]
         return outputs, scores
 
-    def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None):
+    def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None,
+                           first_number: int = 1):
         """Yields (index of its first line, its results) of each window of `lines` in input
         order: a line's Hypotheses, best first, or None for a line not translated. `prefixes`:
-        a target prefix per line ("": none)."""
-        sources = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
+        a target prefix per line ("": none). `first_number`: the line number of lines[0] in
+        the source, which the warnings name."""
+        sources = [self.encode(number, line)
+                   for number, line in enumerate(lines, start=first_number)]
         if prefixes is None:
             items = [None if source is None else (source,) for source in sources]
         else:
             items = [None if source is None or prefix is None else (source, prefix)
                      for source, prefix in zip(sources, (
-                         self.encode(number, line, "targets", "--target_prefix_file", eos=False)
-                         for number, line in enumerate(prefixes, start=1)))]
+                         self.encode_prefix(number, line)
+                         for number, line in enumerate(prefixes, start=first_number)))]
 
         def search(batch, number):
             sources = [item[0] for item in batch]
@@ -392,7 +426,7 @@ def decode_interactively(translator: Translator, stdin=None):
     with DecodingOutputs(None, 0, form) as written:
         for index, line in enumerate(lines):
             results = [result for _, window in translator.translate_in_order(
-                [line], show_progress=False) for result in window]
+                [line], show_progress=False, first_number=index + 1) for result in window]
             written.write(index, translator.texts(results), results)
 
 

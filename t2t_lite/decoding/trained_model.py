@@ -9,8 +9,9 @@ from absl import logging
 
 from t2t_lite import checkpoints, registry
 from t2t_lite.decoding.ctranslate2_translator import EXPORT_RECORD, CTranslate2Engine
-from t2t_lite.decoding.decoder import (Translator, check_alignment_layer, parallel_batches_for,
-                                       intra_op_threads_for, parse_decode_hparams)
+from t2t_lite.decoding.decoder import (SCORING_SETTINGS, Translator, check_alignment_layer,
+                                       parallel_batches_for, intra_op_threads_for,
+                                       parse_decode_hparams)
 from t2t_lite.decoding.results import TargetScore, Translation, Translations
 from t2t_lite.errors import FlagError
 from t2t_lite.hparams_lib import TRAINING_ONLY_HPARAMS, HParamsError, parse_overrides
@@ -200,7 +201,13 @@ class TranslationModel:
     def score(self, sources: list, targets: list, **settings) -> list:
         """The model's log-likelihood of each target given its source, nothing searched:
         per pair a results.TargetScore (log_likelihood, pieces, mean; None and 0 for a pair
-        not scored, with its error). `settings`: batch_size, parallel_batches."""
+        not scored, with its error). `settings`: batch_size, parallel_batches; any other
+        decode setting is an HParamsError (scoring searches nothing)."""
+        refused = sorted(set(settings) - SCORING_SETTINGS)
+        if refused:
+            raise HParamsError(f"--decode_hparams: {', '.join(refused)} does not apply to "
+                               f"scoring (it searches nothing: "
+                               f"{' and '.join(sorted(SCORING_SETTINGS))} apply)")
         _, results = self._results(settings, sources, lambda translator, lines: (
             translator.score_in_order(lines, list(targets), False)))
         return [(result or TargetScore(None, 0))._replace(error=error)

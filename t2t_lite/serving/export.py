@@ -51,12 +51,14 @@ def usable(vocabulary, texts):
 def score_function(model, encoders: dict, max_length: int):
     """The "score" signature's tf.function: strings "inputs" and "targets" [batch] ->
     {"log_likelihood": float32, "pieces": int32} [batch]; FAILED_SCORE and 0 for a pair with
-    a blank or unencodable side, which fails no other."""
+    a blank source or an unencodable side, which fails no other. A blank target is scored as
+    the decoder scores it: its EOS alone (1 piece)."""
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
     def score(inputs, targets):
+        targets = tf.where(tf.strings.length(tf.strings.strip(targets)) > 0, targets, "")
         scored = tf.logical_and(usable(encoders["inputs"], inputs),
-                                usable(encoders["targets"], targets))
+                                encoders["targets"].encodable_in_graph(targets))
         rows = tf.where(scored)  # int64 [n, 1]
         log_likelihood, pieces = target_log_likelihoods(
             model, source_ids(encoders["inputs"], tf.boolean_mask(inputs, scored), max_length),

@@ -4,6 +4,7 @@ disk named by the flag, and on failure the lock released and the folders made re
 (docs/architecture.md, "Storage")."""
 import contextlib
 import dataclasses
+import os
 
 import tensorflow as tf
 
@@ -62,13 +63,19 @@ class Output:
             return None
         return OutputLock(self.lock_path, self.purpose or f"write {self.named}")
 
-    def check(self):
+    def check(self, inputs: dict = None):
         """Refuses the output now, writing nothing: StorageError when its storage cannot be
         reached, FlagError when the path is of the wrong kind (a file where a folder goes, or
-        the reverse), OutputLockedError when a running program holds its lock. A program
-        calls it before its slow checks and work, so that a mistake costs seconds."""
+        the reverse) or is one of the program's `inputs` ({flag: path or None}, by any
+        spelling: a symlink, ./x for x), OutputLockedError when a running program holds its
+        lock. A program calls it before its slow checks and work, so that a mistake costs
+        seconds."""
         output_paths.check_reachable(self._folder(), self.named)
         self._check_form()
+        for flag, path in (inputs or {}).items():
+            if path and _same_file(self.path, path):
+                raise FlagError(f"{self.named} is the file --{flag}={path} reads: writing it "
+                                f"would lose it; choose another file for --{self.flag}")
         lock = self.lock()
         if lock is not None:
             lock.refuse_if_held()
@@ -94,6 +101,15 @@ class Output:
         if self.form == FOLDER:
             return output_paths.prepare_output_folder(self.path, self.flag)
         return output_paths.prepare_parent_folder(self.path, self.flag)
+
+
+def _same_file(output: str, path: str) -> bool:
+    """Whether `output` names the file `path` (os.path.samefile where both exist on local
+    disk; the same normalised path otherwise, e.g. on gs://)."""
+    try:
+        return os.path.samefile(output, path)
+    except (OSError, ValueError):
+        return os.path.normpath(output) == os.path.normpath(path)
 
 
 @contextlib.contextmanager

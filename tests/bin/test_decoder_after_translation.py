@@ -141,6 +141,9 @@ def test_flags_that_do_not_go_together_are_one_error_each(decoding, trained_copy
     base = [f"--data_dir={data_dir}", f"--output_dir={output_dir}"]
     short = folder / "two_lines.txt"
     short.write_text("1\n2\n")
+    targets = folder / "targets_kept.txt"
+    targets.write_text((folder / "source.txt").read_text())
+    os.symlink(targets, folder / "scores_link.txt")
     for flags, expected in (
             (["--decode_interactive", f"--decode_from_file={folder / 'source.txt'}"],
              "error: --decode_from_file does not go with --decode_interactive"),
@@ -158,10 +161,20 @@ def test_flags_that_do_not_go_together_are_one_error_each(decoding, trained_copy
              "error: --decode_hparams: alignment_layer=2: the model has 1 decoder layers"),
             ([f"--decode_from_file={folder / 'source.txt'}",
               f"--score_reference={short}"],
-             f"error: --score_reference={short} has 2 lines but {folder / 'source.txt'} has 30")):
+             f"error: --score_reference={short} has 2 lines but {folder / 'source.txt'} has 30"),
+            ([f"--decode_from_file={folder / 'source.txt'}", f"--score_targets={targets}",
+              "--decode_hparams=batch_size=8,beam_size=2"],
+             "error: --decode_hparams: beam_size does not apply with --score_targets (it "
+             "scores the given translations and searches nothing: batch_size and "
+             "parallel_batches apply)"),
+            ([f"--decode_from_file={folder / 'source.txt'}", f"--score_targets={targets}",
+              f"--decode_to_file={folder / 'scores_link.txt'}"],
+             f"error: --decode_to_file={folder / 'scores_link.txt'} is the file "
+             f"--score_targets={targets} reads")):
         status, output = run("decoder", *base, *flags)
         assert status == 2 and len(error_lines(output)) == 1, output
         assert error_lines(output)[0].startswith(expected), output
+    assert targets.read_text() == (folder / "source.txt").read_text()
     status, output = run("exporter", *base, f"--export_dir={folder / 'export'}",
                          "--decode_hparams=sampling_topk=5")
     assert status == 2 and error_lines(output) == [

@@ -5,8 +5,9 @@ import re
 import keras
 import pytest
 
-from t2t_lite.data.vocab import SymbolVocabulary
+from t2t_lite.data.vocab import EOS_ID, SentencePieceVocabulary, SymbolVocabulary
 from t2t_lite.decoding import decoder
+from t2t_lite.decoding.results import Hypothesis
 from t2t_lite.decoding.search import SearchHParams
 from t2t_lite.models.building import build_model
 
@@ -108,3 +109,32 @@ def test_a_thread_that_dies_starting_ends_the_decoding_with_the_memory_line(tran
         r"ended before their batch was searched \(a thread that cannot get the memory it "
         r"starts with ends so\)\); ", ended[0]), ended
     assert "--decode_hparams=batch_size=8,parallel_batches=1" in ended[0]
+
+
+class PrefixEngine:
+    """An engine whose one hypothesis of each row is its prefix (what it was asked to begin
+    with), then EOS."""
+
+    def search(self, rows, prefixes=None, seed=None):
+        return [[Hypothesis(list(prefix) + [EOS_ID], 0.0, 0.0)] for prefix in prefixes]
+
+
+def test_a_prefix_the_vocabulary_cannot_spell_leaves_its_line_untranslated(tmp_path, caplog):
+    """A SentencePiece model without byte fallback makes an unseen character its unknown
+    piece: that prefix's line gets no translation and a warning naming it, the others their
+    prefixes (as through the model's engine, CTranslate2's and t2t_lite.load's translate)."""
+    vocabulary = SentencePieceVocabulary.train(
+        ["a cat sat on the mat", "the dog ate the hat", "a bat and a rat"] * 20,
+        str(tmp_path / "vocab.model"), vocab_size=40)
+    assert vocabulary.processor.unk_id() in vocabulary.encode("é")
+    translator = decoder.Translator(None, {"inputs": vocabulary, "targets": vocabulary},
+                                    engine=PrefixEngine(), source_name="in.txt")
+    lines, prefixes = ["a cat", "the dog", "a rat", "a bat"], ["the", "thé €", "", "a"]
+    with caplog.at_level(logging.WARNING):
+        results = [result for _, window in translator.translate_in_order(
+            lines, show_progress=False, prefixes=prefixes) for result in window]
+    texts = [texts[0] if texts else None for texts in translator.texts(results)]
+    assert texts == ["the", None, "", "a"]
+    assert list(translator.warnings) == [2]
+    assert "--target_prefix_file line 2 not translated: the target vocabulary cannot spell " \
+           "'é€'" in caplog.text

@@ -135,6 +135,31 @@ def test_outputs_begin_with_their_prefixes_and_empty_prefixes_change_nothing(cop
         assert hypothesis.log_prob == pytest.approx(target_score.log_likelihood, abs=1e-4)
 
 
+def test_a_prefix_past_the_length_limit_is_cut_as_tensorflow_cuts_it(trained_copy_model,
+                                                                     copy_rows):
+    """Each row's limit is its input length (EOS counted) + extra_length: a longer prefix is
+    cut there and is the whole output, through CTranslate2 as through the model's search."""
+    from t2t_lite.decoding.model_engine import ModelEngine
+    _, output_dir, hparams = trained_copy_model
+    folder, vocabulary, rows = copy_rows
+    model = restoring.load_model("transformer", hparams, vocabulary.vocab_size, output_dir)
+    search = SearchHParams(beam_size=1, extra_length=2)
+    rows = rows[:8]
+    # Even rows: their pieces three times over, past the limit; odd rows: their first piece.
+    prefixes = [row[:-1] * 3 if i % 2 == 0 else row[:1] for i, row in enumerate(rows)]
+    assert all(len(prefixes[i]) > len(rows[i]) + 2 for i in range(0, 8, 2))
+    texts = {name: [vocabulary.decode(hypotheses[0].ids)
+                    for hypotheses in engine.search(rows, prefixes)]
+             for name, engine in (("tensorflow", ModelEngine(model, search)),
+                                  ("ctranslate2", CTranslate2Engine(folder, vocabulary.tokens,
+                                                                    search)))}
+    assert texts["ctranslate2"] == texts["tensorflow"]
+    for i, row in enumerate(rows):
+        limit = len(row) + 2
+        expected = prefixes[i][:limit] if i % 2 == 0 else row[:-1]  # the copy model copies
+        assert texts["tensorflow"][i] == vocabulary.decode(expected)
+
+
 def test_copy_model_alignments_are_the_diagonal(copy_rows):
     folder, vocabulary, rows = copy_rows
     engine = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(beam_size=4),

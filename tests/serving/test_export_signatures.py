@@ -22,9 +22,9 @@ from t2t_lite.decoding.scoring import target_log_likelihoods
 from t2t_lite.decoding.search import SearchHParams
 
 SEARCH = SearchHParams(beam_size=4, alpha=0.6)
-# Pairs of which the first alone is scored: an unencodable source, a blank one, a blank target,
-# an unencodable target.
-MIXED = (["3 7 1", "abc 99", "", "3 7 1", "2 2"], ["3 7 1", "3", "3", " ", "2 x"])
+# Pairs of which the first alone is scored: an unencodable source, a blank one, an unencodable
+# target.
+MIXED = (["3 7 1", "abc 99", "", "2 2"], ["3 7 1", "3", "3", "2 x"])
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,21 @@ def test_a_pair_that_cannot_be_scored_fails_alone(signatures):
     log_likelihood, pieces = score(signatures, *MIXED)
     alone = score(signatures, MIXED[0][:1], MIXED[1][:1])
     assert log_likelihood[0] == pytest.approx(alone[0][0], abs=1e-5) and -1 < alone[0][0] < 0
-    assert log_likelihood[1:] == [float("-inf")] * 4
-    assert pieces == [4, 0, 0, 0, 0]
+    assert log_likelihood[1:] == [float("-inf")] * 3
+    assert pieces == [4, 0, 0, 0]
     assert score(signatures, ["", "x"], ["1", "1"]) == ([float("-inf")] * 2, [0, 0])
+
+
+def test_a_blank_target_scores_its_eos_alone_as_the_decoder_does(exported, signatures):
+    from t2t_lite.decoding.decoder import Translator
+    _, model, encoders, _ = exported
+    log_likelihood, pieces = score(signatures, ["3 7 1", "3 7 1", "2 2"], ["", "  ", "2 2"])
+    decoded = [result for _, window in Translator(model, encoders).score_in_order(
+        ["3 7 1", "3 7 1"], ["", "  "], show_progress=False) for result in window]
+    assert pieces[:2] == [target.pieces for target in decoded] == [1, 1]
+    np.testing.assert_allclose(log_likelihood[:2], [target.log_likelihood
+                                                    for target in decoded], atol=1e-4)
+    assert log_likelihood[0] < 0 and pieces[2] == 3
 
 
 def test_a_long_target_is_cut_to_max_length_with_eos(signatures):
