@@ -136,6 +136,7 @@ def main(argv):
     run.check_vocabulary()
     if not run.ctranslate2:
         decoder.check_alignment_layer(translator_hparams, run.hparams.decoder_layers)
+    decoder.check_sampling_topk(search_hparams, run.problem.vocab_size(run.data_dir))
     form = OutputForm() if targets is not None else decoder.output_form(translator_hparams)
     wanted = [outputs.Output.file(path, "decode_to_file") for path in
               ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]

@@ -109,14 +109,15 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
     to the settings that have it; an unknown name or a bad value is an HParamsError naming
     --decode_hparams (an unknown name listing the names of both), and so is a beam_size or
-    batch_size below 1 or a negative parallel_batches or stop_after_finished."""
+    batch_size below 1 or a negative parallel_batches, stop_after_finished or extra_length, and
+    a float setting that is nan or infinite (hparams_lib's type check)."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
     values = parse_overrides(overrides, every_name(), "--decode_hparams", "decode hparam")
     for name, least in (("beam_size", 1), ("batch_size", 1), ("parallel_batches", 0),
-                        ("stop_after_finished", 0)):
+                        ("stop_after_finished", 0), ("extra_length", 0)):
         if name in values and values[name] < least:
             raise HParamsError(f"--decode_hparams: {name}={values[name]}: must be at least "
                                f"{least}")
@@ -414,3 +415,12 @@ def check_alignment_layer(translator_hparams: TranslatorHParams, layers: int):
     if translator_hparams.alignments and not -layers <= layer < layers:
         raise HParamsError(f"--decode_hparams: alignment_layer={layer}: the model has "
                            f"{layers} decoder layers ({-layers} to {layers - 1})")
+
+
+def check_sampling_topk(search_hparams: SearchHParams, vocab_size: int):
+    """A sampling_topk of at most the `vocab_size` pieces there are, or an HParamsError (in
+    both engines: CTranslate2 fails on more, and t2t_lite would sample among fewer silently)."""
+    topk = search_hparams.sampling_topk
+    if topk > vocab_size:
+        raise HParamsError(f"--decode_hparams: sampling_topk={topk}: the model's vocabulary has "
+                           f"{vocab_size} pieces: at most {vocab_size} (0: every piece)")

@@ -9,8 +9,9 @@ from absl import logging
 
 from t2t_lite import checkpoints, registry
 from t2t_lite.decoding.ctranslate2_translator import EXPORT_RECORD, CTranslate2Engine
-from t2t_lite.decoding.decoder import (Translator, check_alignment_layer, parallel_batches_for,
-                                       intra_op_threads_for, parse_decode_hparams)
+from t2t_lite.decoding.decoder import (Translator, check_alignment_layer, check_sampling_topk,
+                                       parallel_batches_for, intra_op_threads_for,
+                                       parse_decode_hparams)
 from t2t_lite.decoding.results import TargetScore, Translation, Translations
 from t2t_lite.errors import FlagError
 from t2t_lite.hparams_lib import TRAINING_ONLY_HPARAMS, HParamsError, parse_overrides
@@ -173,6 +174,7 @@ class TranslationModel:
         """The Translator of these settings for `sentences` lines (kept for the next call)."""
         if self.model is not None:
             check_alignment_layer(translator_hparams, self.run.hparams.decoder_layers)
+        check_sampling_topk(search_hparams, self.encoders["targets"].vocab_size)
         threads = self.intra_op_threads or intra_op_threads_for(translator_hparams, sentences)
         key = (search_hparams, translator_hparams, source_name,
                threads if self.model is None else 0)
