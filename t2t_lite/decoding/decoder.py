@@ -136,7 +136,8 @@ class Translator:
     the model's (model_engine.ModelEngine, the default) or CTranslate2's. No line stops the
     others: an empty line or one the vocabulary cannot encode (a warning) gets no result, one
     longer than `max_input_length` tokens is cut with a warning (`warnings` keeps them by line
-    number). Each batch's sampling seed comes from `seed` and its number.
+    number). A line's samples are decided by `seed` and its index in the run alone, whatever
+    its batch (docs/decoding.md, sampling).
     """
 
     # Batches sorted by length together and written together: 2,048 lines at the default
@@ -210,10 +211,12 @@ class Translator:
                            for hypotheses in results]
         return outputs, scores
 
-    def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None):
+    def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None,
+                           first_line: int = 0):
         """Yields (index of its first line, its results) of each window of `lines` in input
         order: a line's Hypotheses, best first, or None for a line not translated. `prefixes`:
-        a target prefix per line ("": none)."""
+        a target prefix per line ("": none). `first_line`: the index of lines[0] in the run
+        (interactive decoding's count), which with `seed` decides a line's samples."""
         sources = [self.encode(number, line) for number, line in enumerate(lines, start=1)]
         if prefixes is None:
             items = [None if source is None else (source,) for source in sources]
@@ -223,10 +226,11 @@ class Translator:
                          self.encode(number, line, "targets", "--target_prefix_file", eos=False)
                          for number, line in enumerate(prefixes, start=1)))]
 
-        def search(batch, number):
+        def search(batch, indices):
             sources = [item[0] for item in batch]
             batch_prefixes = [item[1] for item in batch] if prefixes is not None else None
-            return self.engine.search(sources, batch_prefixes, self._batch_seed(number))
+            seeds = [(self.seed % 2 ** 31, (first_line + i) % 2 ** 31) for i in indices]
+            return self.engine.search(sources, batch_prefixes, seeds)
         return self._in_order(items, search, "decoding", show_progress)
 
     def score_in_order(self, lines: list, targets: list, show_progress: bool = True):
@@ -240,18 +244,14 @@ class Translator:
                                                                  "--score_targets")
             items.append(None if target_ids is None else (source, target_ids))
 
-        def score(batch, number):
+        def score(batch, indices):
             return self.engine.score([item[0] for item in batch], [item[1] for item in batch])
         return self._in_order(items, score, "scoring", show_progress)
-
-    def _batch_seed(self, number: int) -> int:
-        """The sampling seed of batch `number`, from the Translator's seed."""
-        return (self.seed * 1_000_003 + number) % 2 ** 31
 
     def _in_order(self, items: list, run_batch, what: str, show_progress: bool):
         """Yields (first index, results) of each window of `items` (tuples of source ids first,
         or None for no result), sorted by source length within WINDOW_BATCHES batches, run by
-        `run_batch(batch, batch number)` in up to `parallel_batches` threads and put back in
+        `run_batch(batch, its items' indices)` in up to `parallel_batches` threads and put back in
         order; batches go on into the next windows meanwhile, and closing the generator
         cancels those not started."""
         batch_size = self.translator_hparams.batch_size
@@ -266,16 +266,15 @@ class Translator:
         batches = [batch for _, _, window_batches in windows for batch in window_batches]
         results = [None] * len(items)
 
-        def run(numbered):
-            number, indices = numbered
-            return indices, run_batch([items[i] for i in indices], number)
+        def run(indices):
+            return indices, run_batch([items[i] for i in indices], indices)
 
         def run_in_order(pool):
             """`run` of each batch, in order, in the pool's threads. A batch not done while
             none of the pool's threads lives (they end only when it shuts down) is a
             MemoryError: a thread whose start fails for want of memory ("Exception ignored in
             thread started by") ends, and its batches would be waited for for ever."""
-            futures = [pool.submit(run, numbered) for numbered in enumerate(batches)]
+            futures = [pool.submit(run, indices) for indices in batches]
             for future in futures:
                 while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
                     if not any(thread.name.startswith(prefix)
@@ -295,7 +294,7 @@ class Translator:
         try:
             with progress_bar(what, total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
-                done = run_in_order(pool) if pool else map(run, enumerate(batches))
+                done = run_in_order(pool) if pool else map(run, batches)
                 for first, end, window_batches in windows:
                     for indices, batch_results in itertools.islice(done, len(window_batches)):
                         for index, result in zip(indices, batch_results):
@@ -384,7 +383,7 @@ def decode_interactively(translator: Translator, stdin=None):
     answer (as on stdout: output_files) before reading the next; a prompt on stderr when
     stdin is a terminal. The search is traced before the first line arrives."""
     stdin = stdin or sys.stdin.buffer
-    translator.engine.search([[EOS_ID]], None, 0)  # the tracing, before any line arrives
+    translator.engine.search([[EOS_ID]])  # the tracing, before any line arrives
     logging.info("ready: translating stdin a line at a time (end it with Ctrl-D)")
     prompt = stdin.isatty()
     form = output_form(translator.translator_hparams)
@@ -393,7 +392,7 @@ def decode_interactively(translator: Translator, stdin=None):
     with DecodingOutputs(None, 0, form) as written:
         for index, line in enumerate(lines):
             results = [result for _, window in translator.translate_in_order(
-                [line], show_progress=False) for result in window]
+                [line], show_progress=False, first_line=index) for result in window]
             written.write(index, translator.texts(results), results)
 
 

@@ -158,7 +158,10 @@ class TranslationModel:
     """A trained model that translates and scores sentences (t2t_lite.load's), searched by
     t2t_lite or, for a CTranslate2 folder, by CTranslate2, through the decoder's Translator:
     `run` a TrainedRun whose vocabulary is checked, `checkpoint` TrainedRun.checkpoint's,
-    `seed` sampling's, `intra_op_threads` CTranslate2's per batch (0: the decoder's choice)."""
+    `seed` sampling's, `intra_op_threads` CTranslate2's per batch (0: the decoder's choice).
+    Its translate calls are one run, as the lines of one decoder input: with sampling, a
+    sentence's samples are decided by the seed and its index among the sentences translated
+    since the model was made."""
 
     def __init__(self, run: TrainedRun, checkpoint: str = None, seed: int = 0,
                  intra_op_threads: int = 0):
@@ -168,6 +171,7 @@ class TranslationModel:
         self.encoders = run.problem.feature_encoders(run.data_dir)
         self.model = None if run.ctranslate2 else run.load_model(checkpoint)
         self._translators = {}
+        self.sentences_translated = 0
 
     def translator(self, search_hparams, translator_hparams, sentences: int = 1,
                    source_name: str = "input") -> Translator:
@@ -193,8 +197,10 @@ class TranslationModel:
         alpha, num_hypotheses, extra_length, sampling_topk, alignments=True ...), each
         beginning with its `prefixes` ("": none). Returns per sentence its Translations
         (results.py): hypotheses best first, [] for one not translated, with its error."""
+        first_line = self.sentences_translated
         translator, results = self._results(settings, sentences, lambda translator, lines: (
-            translator.translate_in_order(lines, False, prefixes)))
+            translator.translate_in_order(lines, False, prefixes, first_line)))
+        self.sentences_translated += len(results)
         return [Translations([Translation(translator.text(hypothesis), *hypothesis[1:])
                               for hypothesis in hypotheses or ()], error)
                 for hypotheses, error in results]
