@@ -56,7 +56,7 @@ def define_flags():
                          "and flushing each translation before reading the next (t2t's "
                          "--decode_interactive).")
     flags.DEFINE_integer("seed", 0, "The seed of sampling (--decode_hparams=sampling_topk=K): "
-                         "one seed, one output.")
+                         "a line's samples are decided by it and the line's index.")
     flags.mark_flags_as_required(["data_dir"])
 
 

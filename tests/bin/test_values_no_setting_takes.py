@@ -74,7 +74,8 @@ def test_every_float_hparam_and_decode_setting_refuses_nan_and_the_infinities(va
             parse_decode_hparams(f"{name}={value}")
 
 
-def test_the_python_api_refuses_them_alike_and_a_sampling_topk_above_the_vocabulary(untrained_model_dir, tmp_path):
+def test_the_python_api_refuses_them_and_a_sampling_topk_above_the_vocabulary(
+        untrained_model_dir, tmp_path):
     data_dir, output_dir = untrained_model_dir
     model = t2t_lite.load(output_dir)
     vocab_size = registry.problem("algorithmic_copy").vocab_size(data_dir)

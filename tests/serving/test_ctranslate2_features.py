@@ -15,6 +15,7 @@ from t2t_lite.data.vocab import EOS_ID, SymbolVocabulary
 from t2t_lite.models import restoring
 from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
 from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.errors import UserError
 from t2t_lite.serving import ctranslate2_export
 
 from test_ctranslate2_export import TINY, program, random_model
@@ -224,8 +225,9 @@ def test_a_tiny_nucleus_is_greedy_search_and_the_decoder_takes_it(exported_copy_
         beam_size=1, sampling_topk=0, sampling_topp=1e-6))
     greedy = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(beam_size=1))
     assert nucleus._options(10)["sampling_topp"] == 1e-6
-    assert [[h.ids for h in row] for row in searched(nucleus, rows[:25], seeds=seeded(3, rows[:25]))] == \
-        [[h.ids for h in row] for row in searched(greedy, rows[:25])]
+    rows = rows[:25]
+    assert [[h.ids for h in row] for row in searched(nucleus, rows, seeds=seeded(3, rows))] == \
+        [[h.ids for h in row] for row in searched(greedy, rows)]
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("3 7 1\n2 2 9 4\n")
     program("decoder", f"--data_dir={exported_copy_model[0]}", f"--ctranslate2_model={folder}",
@@ -255,3 +257,13 @@ def test_one_seed_gives_each_line_its_own_samples(exported_copy_model):
     n_samples = t2t_lite.load(folder, data_dir=data_dir, seed=5).translate(
         [line], num_hypotheses=50, **settings)[0].hypotheses
     assert len({sample.text for sample in n_samples}) >= 40
+
+
+def test_a_sampling_topk_above_the_vocabulary_is_refused_as_with_the_checkpoint(
+        exported_copy_model):
+    data_dir, _, folder = exported_copy_model
+    vocab_size = registry.problem("algorithmic_copy").vocab_size(data_dir)
+    model = t2t_lite.load(folder, data_dir=data_dir)
+    with pytest.raises(UserError, match=rf"^--decode_hparams: sampling_topk={vocab_size + 1}: "
+                                        rf"the model's vocabulary has {vocab_size} pieces"):
+        model.translate(["3 4"], sampling_topk=vocab_size + 1)

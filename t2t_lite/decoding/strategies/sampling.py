@@ -40,7 +40,7 @@ class SamplingStrategy(RowStrategy):
     per input, by the Gumbel-max trick: its noise a function of the input's seed (`seed`
     int32 [B, 2], or [2] for every input: the decoder's are the run's seed and the line's
     index), the sample's number, the step and the piece's rank (`hashed_uniform`), so that a
-    line's samples are the same in any batch, with fixed shapes (XLA) or a shrinking batch.
+    line's samples are the same in any batch, with fixed shapes or a shrinking batch.
     Tokens of ~NEG_INF log probability are never drawn."""
     name, samples = "sampling", True
     settings = ("sampling_topk", "sampling_temperature", "sampling_topp")
