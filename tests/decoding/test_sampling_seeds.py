@@ -4,8 +4,12 @@ decoded alone (interactively, or a call of the Python API at a time) draws as in
 (docs/decoding.md, sampling)."""
 import io
 
+import numpy as np
+import tensorflow as tf
+
 import t2t_lite
 from t2t_lite.decoding.decoder import Translator, TranslatorHParams, decode_interactively
+from t2t_lite.decoding.strategies.sampling import hashed_uniform
 from t2t_lite.decoding.trained_model import decode_hparams
 
 # Hot enough that the copy model's samples of one line differ.
@@ -51,3 +55,29 @@ def test_one_seed_gives_each_line_its_own_samples_in_any_batch(trained_copy_mode
 
     samples = model.translate([line], num_hypotheses=50, **SAMPLING)[0].hypotheses
     assert len({sample.text for sample in samples}) >= 40
+
+
+def splitmix64_uniform(keys, column) -> float:
+    """hashed_uniform's value of one row's `keys` and `column`, in Python's integers."""
+    mask = 2 ** 64 - 1
+
+    def mixed(x):
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return x ^ (x >> 31)
+
+    state = 0
+    for value in [*keys, column]:
+        state = mixed(state ^ ((value + 0x9E3779B97F4A7C15) & mask))
+    return ((state >> 40) + 0.5) / 2 ** 24
+
+
+def test_the_noise_is_splitmix64_of_the_keys_and_the_column():
+    """Each uniform is a function of its row's keys (negative ones as two's complement) and
+    its column alone: the row [5, 7, ...] draws the same beside any other row."""
+    keys = [[5, 7, 0, 3], [5, 8, 0, 3], [-1, 2 ** 31 - 1, 1, 0]]
+    drawn = hashed_uniform(tf.constant(keys, tf.int32), 4).numpy()
+    expected = [[splitmix64_uniform(row, column) for column in range(4)] for row in keys]
+    np.testing.assert_allclose(drawn, expected, rtol=1e-7)
+    np.testing.assert_array_equal(hashed_uniform(tf.constant(keys[:1], tf.int32), 4).numpy(),
+                                  drawn[:1])
