@@ -57,27 +57,30 @@ def test_one_seed_gives_each_line_its_own_samples_in_any_batch(trained_copy_mode
     assert len({sample.text for sample in samples}) >= 40
 
 
-def splitmix64_uniform(keys, column) -> float:
-    """hashed_uniform's value of one row's `keys` and `column`, in Python's integers."""
-    mask = 2 ** 64 - 1
-
-    def mixed(x):
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
-        return x ^ (x >> 31)
-
+def python_uniform(keys, column) -> float:
+    """hashed_uniform's value of one row's `keys` and `column`, in Python's integers:
+    splitmix64 over the keys, then the low 32 bits xor the column times the 32-bit golden
+    ratio through MurmurHash3's finalizer, its top 24 bits."""
+    mask64, mask32 = 2 ** 64 - 1, 2 ** 32 - 1
     state = 0
-    for value in [*keys, column]:
-        state = mixed(state ^ ((value + 0x9E3779B97F4A7C15) & mask))
-    return ((state >> 40) + 0.5) / 2 ** 24
+    for value in keys:
+        x = state ^ ((value + 0x9E3779B97F4A7C15) & mask64)
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask64
+        state = x ^ (x >> 31)
+    h = (state & mask32) ^ ((column * 0x9E3779B9) & mask32)
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & mask32
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & mask32
+    h ^= h >> 16
+    return ((h >> 8) + 0.5) / 2 ** 24
 
 
-def test_the_noise_is_splitmix64_of_the_keys_and_the_column():
+def test_the_noise_is_a_hash_of_the_keys_and_the_column():
     """Each uniform is a function of its row's keys (negative ones as two's complement) and
     its column alone: the row [5, 7, ...] draws the same beside any other row."""
     keys = [[5, 7, 0, 3], [5, 8, 0, 3], [-1, 2 ** 31 - 1, 1, 0]]
     drawn = hashed_uniform(tf.constant(keys, tf.int32), 4).numpy()
-    expected = [[splitmix64_uniform(row, column) for column in range(4)] for row in keys]
+    expected = [[python_uniform(row, column) for column in range(4)] for row in keys]
     np.testing.assert_allclose(drawn, expected, rtol=1e-7)
     np.testing.assert_array_equal(hashed_uniform(tf.constant(keys[:1], tf.int32), 4).numpy(),
                                   drawn[:1])
