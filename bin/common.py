@@ -8,6 +8,7 @@ all in the order it needs. TensorFlow's own defaults choose the CPU kernels (one
 TF_ENABLE_ONEDNN_OPTS, which TensorFlow reads, is the user's switch).
 """
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -90,6 +91,24 @@ def define_model_flags():
                         'hparams.json of --output_dir (mixed_precision=bfloat16 decodes or '
                         'exports in bfloat16); an override of the model\'s shape is refused.')
     flags.DEFINE_string("output_dir", None, "Folder of checkpoints and TensorBoard logs.")
+
+
+class FiniteFloatParser(flags.FloatParser):
+    """absl's float flag parser that also refuses nan and the infinities, which pass its bounds
+    (every comparison with nan is false)."""
+
+    def parse(self, argument):
+        value = self.convert(argument)
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not {self.syntactic_help} (nan and the infinities "
+                             f"are not taken)")
+        return super().parse(value)
+
+
+def define_float(name: str, default: float, help: str, lower_bound: float = None):
+    """flags.DEFINE_float with FiniteFloatParser: every program's float flags are defined so."""
+    flags.DEFINE(FiniteFloatParser(lower_bound), name, default, help,
+                 serializer=flags.ArgumentSerializer())
 
 
 def define_trained_model_flags():

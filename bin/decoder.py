@@ -56,7 +56,7 @@ def define_flags():
                          "and flushing each translation before reading the next (t2t's "
                          "--decode_interactive).")
     flags.DEFINE_integer("seed", 0, "The seed of sampling (--decode_hparams=sampling_topk=K): "
-                         "one seed, one output.")
+                         "a line's samples are decided by it and the line's index.")
     flags.mark_flags_as_required(["data_dir"])
 
 
@@ -147,6 +147,7 @@ def main(argv):
     run.check_vocabulary()
     if not run.ctranslate2:
         decoder.check_alignment_layer(translator_hparams, run.hparams.decoder_layers)
+    decoder.check_sampling_topk(search_hparams, run.problem.vocab_size(run.data_dir))
     with outputs.opened(*wanted, name_full_disk=False):  # the files name a failed write
         model = TranslationModel(run, FLAGS.checkpoint_path, FLAGS.seed,
                                  FLAGS.intra_op_parallelism_threads)

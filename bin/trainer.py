@@ -30,9 +30,9 @@ def define_flags():
     common.define_thread_flags()
     flags.DEFINE_integer("train_steps", defaults.train_steps, "Total optimizer updates.",
                          lower_bound=1)
-    flags.DEFINE_float("train_minutes", defaults.train_minutes, "Stop after this many minutes "
-                       "of training, with a checkpoint, if --train_steps is not reached first "
-                       "(0: no limit).", lower_bound=0)
+    common.define_float("train_minutes", defaults.train_minutes, "Stop after this many "
+                        "minutes of training, with a checkpoint, if --train_steps is not "
+                        "reached first (0: no limit).", lower_bound=0)
     flags.DEFINE_integer("eval_steps", defaults.eval_steps,
                          "Dev batches per evaluation (0: none).", lower_bound=0)
     flags.DEFINE_integer("eval_every", defaults.eval_every, "Updates between evaluations.",
@@ -67,9 +67,9 @@ def define_flags():
                          "at least --early_stopping_min_delta over the best, in --keep_best's "
                          "metric (the dev loss when --keep_best is empty); 0: never.",
                          lower_bound=0)
-    flags.DEFINE_float("early_stopping_min_delta", defaults.early_stopping_min_delta,
-                       "The smallest change of the dev BLEU or loss that counts as an "
-                       "improvement for --early_stopping_patience.", lower_bound=0)
+    common.define_float("early_stopping_min_delta", defaults.early_stopping_min_delta,
+                        "The smallest change of the dev BLEU or loss that counts as an "
+                        "improvement for --early_stopping_patience.", lower_bound=0)
     flags.DEFINE_boolean("allow_unverified_data", defaults.allow_unverified_data,
                          "Train on shards that have no datagen manifest, e.g. data written by "
                          "other tools.")

@@ -5,6 +5,7 @@ dataclass with a documented field per key; the names are tensor2tensor's so that
 `--hparams="num_hidden_layers=2,learning_rate_warmup_steps=400"` means what it meant there.
 """
 import dataclasses
+import math
 import typing
 from typing import Tuple
 
@@ -227,11 +228,14 @@ def _typed_value(named: str, value, field_type):
     """`value` as the field of `field_type` holds it, or HParamsError "{named}={value!r}:
     expected ...". The one type check of both ways in: override text after _parsed_text, and
     JSON values (HParams.from_dict), where a tuple is a list and an int is a float too; a bool
-    is never a number."""
+    is never a number, and no setting takes nan or an infinity."""
     if typing.get_origin(field_type) is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
             return tuple(value)
     elif field_type is float and type(value) in (int, float):
+        if not math.isfinite(value):
+            raise HParamsError(f"{named}={value!r}: expected a finite number, not nan or an "
+                               f"infinity")
         return float(value)
     elif type(value) is field_type:
         return value

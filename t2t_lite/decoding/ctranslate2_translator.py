@@ -6,6 +6,7 @@ search changes hands. Its length penalty, stopping rule and length limit are CTr
 import json
 import os
 import threading
+import zlib
 
 import numpy as np
 
@@ -78,6 +79,11 @@ def raw_log_prob(score: float, tokens: int, alpha: float) -> float:
     return score * tokens ** alpha
 
 
+def batch_seed(seeds: list) -> int:
+    """ctranslate2.set_random_seed's seed (32 bits) of a batch of rows' seed pairs."""
+    return zlib.crc32(np.asarray(seeds, np.int64).tobytes())
+
+
 class CTranslate2Engine:
     """The engine of decoding/results.py done by CTranslate2: `search` (translate_batch) and
     `score` (score_batch) over a folder of t2t_lite-exporter --format=ctranslate2.
@@ -118,7 +124,7 @@ class CTranslate2Engine:
     def sampling(self) -> bool:
         return strategies.samples(self.search_hparams)
 
-    def search(self, rows: list, prefixes: list = None, seed: int = None) -> list:
+    def search(self, rows: list, prefixes: list = None, seeds: list = None) -> list:
         """Per row its num_hypotheses Hypothesis, best first (results.py's engine.search).
 
         translate_batch(num_hypotheses=N, return_scores=True): Hypothesis.score is
@@ -131,7 +137,9 @@ class CTranslate2Engine:
             rows: source ids, each ending with EOS.
             prefixes: per row, target ids its hypotheses begin with (translate_batch's
                 target_prefix; an empty list: none). The hypotheses include the prefix.
-            seed: with sampling, the seed of this batch's draws (ctranslate2.set_random_seed).
+            seeds: with sampling, per row its pair of ints (results.py); CTranslate2 takes
+                one seed per call, so the batch's draws are decided by them all together
+                (`batch_seed`).
         """
         if not rows:
             return []
@@ -149,6 +157,7 @@ class CTranslate2Engine:
                 target_prefix = [self._pieces(prefixes[i]) or None for i in searched]
             limit = self._limit([rows[i] for i in searched],
                                 prefixes and [prefixes[i] for i in searched])
+            seed = None if seeds is None else batch_seed([seeds[i] for i in searched])
             results = self._translate(sources, target_prefix, limit, seed)
             for i, source, result, prefix in zip(searched, sources, results,
                                                  target_prefix or [None] * len(searched)):

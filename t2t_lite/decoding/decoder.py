@@ -117,14 +117,15 @@ def parse_decode_hparams(overrides: str = "") -> tuple:
     "beam_size=4,alpha=0.6,batch_size=32,jit_compile=true", over their defaults. Each name goes
     to the settings that have it; an unknown name or a bad value is an HParamsError naming
     --decode_hparams (an unknown name listing the names of both), and so is a beam_size or
-    batch_size below 1 or a negative parallel_batches or stop_after_finished."""
+    batch_size below 1 or a negative parallel_batches, stop_after_finished or extra_length, and
+    a float setting that is nan or infinite (hparams_lib's type check)."""
     # One namespace of both settings' fields (their names differ), for the typed parsing.
     every_name = dataclasses.make_dataclass("DecodeHParams", [
         (field.name, field.type, dataclasses.field(default=field.default))
         for kind in DECODE_HPARAMS_KINDS for field in dataclasses.fields(kind)])
     values = parse_overrides(overrides, every_name(), "--decode_hparams", "decode hparam")
     for name, least in (("beam_size", 1), ("batch_size", 1), ("parallel_batches", 0),
-                        ("stop_after_finished", 0)):
+                        ("stop_after_finished", 0), ("extra_length", 0)):
         if name in values and values[name] < least:
             raise HParamsError(f"--decode_hparams: {name}={values[name]}: must be at least "
                                f"{least}")
@@ -143,7 +144,8 @@ class Translator:
     the model's (model_engine.ModelEngine, the default) or CTranslate2's. No line stops the
     others: an empty line or one the vocabulary cannot encode (a warning) gets no result, one
     longer than `max_input_length` tokens is cut with a warning (`warnings` keeps them by line
-    number). Each batch's sampling seed comes from `seed` and its number.
+    number). A line's samples are decided by `seed` and its index in the run alone, whatever
+    its batch (docs/decoding.md, sampling).
     """
 
     # Batches sorted by length together and written together: 2,048 lines at the default
@@ -241,11 +243,12 @@ class Translator:
         return outputs, scores
 
     def translate_in_order(self, lines: list, show_progress: bool = True, prefixes=None,
-                           first_number: int = 1):
+                           first_line: int = 0, first_number: int = 1):
         """Yields (index of its first line, its results) of each window of `lines` in input
         order: a line's Hypotheses, best first, or None for a line not translated. `prefixes`:
-        a target prefix per line ("": none). `first_number`: the line number of lines[0] in
-        the source, which the warnings name."""
+        a target prefix per line ("": none). `first_line`: the index of lines[0] in the run
+        (interactive decoding's count), which with `seed` decides a line's samples;
+        `first_number`: the line number of lines[0] in its source, which the warnings name."""
         sources = [self.encode(number, line)
                    for number, line in enumerate(lines, start=first_number)]
         if prefixes is None:
@@ -256,10 +259,11 @@ class Translator:
                          self.encode_prefix(number, line)
                          for number, line in enumerate(prefixes, start=first_number)))]
 
-        def search(batch, number):
+        def search(batch, indices):
             sources = [item[0] for item in batch]
             batch_prefixes = [item[1] for item in batch] if prefixes is not None else None
-            return self.engine.search(sources, batch_prefixes, self._batch_seed(number))
+            seeds = [(self.seed % 2 ** 31, (first_line + i) % 2 ** 31) for i in indices]
+            return self.engine.search(sources, batch_prefixes, seeds)
         return self._in_order(items, search, "decoding", show_progress)
 
     def score_in_order(self, lines: list, targets: list, show_progress: bool = True):
@@ -273,18 +277,14 @@ class Translator:
                                                                  "--score_targets")
             items.append(None if target_ids is None else (source, target_ids))
 
-        def score(batch, number):
+        def score(batch, indices):
             return self.engine.score([item[0] for item in batch], [item[1] for item in batch])
         return self._in_order(items, score, "scoring", show_progress)
-
-    def _batch_seed(self, number: int) -> int:
-        """The sampling seed of batch `number`, from the Translator's seed."""
-        return (self.seed * 1_000_003 + number) % 2 ** 31
 
     def _in_order(self, items: list, run_batch, what: str, show_progress: bool):
         """Yields (first index, results) of each window of `items` (tuples of source ids first,
         or None for no result), sorted by source length within WINDOW_BATCHES batches, run by
-        `run_batch(batch, batch number)` in up to `parallel_batches` threads and put back in
+        `run_batch(batch, its items' indices)` in up to `parallel_batches` threads and put back in
         order; batches go on into the next windows meanwhile, and closing the generator
         cancels those not started."""
         batch_size = self.translator_hparams.batch_size
@@ -299,16 +299,15 @@ class Translator:
         batches = [batch for _, _, window_batches in windows for batch in window_batches]
         results = [None] * len(items)
 
-        def run(numbered):
-            number, indices = numbered
-            return indices, run_batch([items[i] for i in indices], number)
+        def run(indices):
+            return indices, run_batch([items[i] for i in indices], indices)
 
         def run_in_order(pool):
             """`run` of each batch, in order, in the pool's threads. A batch not done while
             none of the pool's threads lives (they end only when it shuts down) is a
             MemoryError: a thread whose start fails for want of memory ("Exception ignored in
             thread started by") ends, and its batches would be waited for for ever."""
-            futures = [pool.submit(run, numbered) for numbered in enumerate(batches)]
+            futures = [pool.submit(run, indices) for indices in batches]
             for future in futures:
                 while not concurrent.futures.wait([future], self.THREAD_CHECK_SECONDS).done:
                     if not any(thread.name.startswith(prefix)
@@ -328,7 +327,7 @@ class Translator:
         try:
             with progress_bar(what, total=sum(map(len, batches)), unit="sentences",
                               disable=not show_progress) as bar:
-                done = run_in_order(pool) if pool else map(run, enumerate(batches))
+                done = run_in_order(pool) if pool else map(run, batches)
                 for first, end, window_batches in windows:
                     for indices, batch_results in itertools.islice(done, len(window_batches)):
                         for index, result in zip(indices, batch_results):
@@ -417,7 +416,7 @@ def decode_interactively(translator: Translator, stdin=None):
     answer (as on stdout: output_files) before reading the next; a prompt on stderr when
     stdin is a terminal. The search is traced before the first line arrives."""
     stdin = stdin or sys.stdin.buffer
-    translator.engine.search([[EOS_ID]], None, 0)  # the tracing, before any line arrives
+    translator.engine.search([[EOS_ID]])  # the tracing, before any line arrives
     logging.info("ready: translating stdin a line at a time (end it with Ctrl-D)")
     prompt = stdin.isatty()
     form = output_form(translator.translator_hparams)
@@ -426,7 +425,8 @@ def decode_interactively(translator: Translator, stdin=None):
     with DecodingOutputs(None, 0, form) as written:
         for index, line in enumerate(lines):
             results = [result for _, window in translator.translate_in_order(
-                [line], show_progress=False, first_number=index + 1) for result in window]
+                [line], show_progress=False, first_line=index, first_number=index + 1)
+                for result in window]
             written.write(index, translator.texts(results), results)
 
 
@@ -448,3 +448,12 @@ def check_alignment_layer(translator_hparams: TranslatorHParams, layers: int):
     if translator_hparams.alignments and not -layers <= layer < layers:
         raise HParamsError(f"--decode_hparams: alignment_layer={layer}: the model has "
                            f"{layers} decoder layers ({-layers} to {layers - 1})")
+
+
+def check_sampling_topk(search_hparams: SearchHParams, vocab_size: int):
+    """A sampling_topk of at most the `vocab_size` pieces there are, or an HParamsError (in
+    both engines: CTranslate2 fails on more, and t2t_lite would sample among fewer silently)."""
+    topk = search_hparams.sampling_topk
+    if topk > vocab_size:
+        raise HParamsError(f"--decode_hparams: sampling_topk={topk}: the model's vocabulary has "
+                           f"{vocab_size} pieces: at most {vocab_size} (0: every piece)")

@@ -21,7 +21,7 @@ from t2t_lite.layers.attention import NEG_INF
 
 LENGTH_MULTIPLE = 16
 IDS = tf.TensorSpec([None, None], tf.int32)
-SEED = tf.TensorSpec([2], tf.int32)
+SEEDS = tf.TensorSpec([None, 2], tf.int32)
 
 
 def padded(rows: list, length: int = 0) -> np.ndarray:
@@ -71,12 +71,12 @@ class ModelEngine:
             input_signature=[IDS, IDS])
 
     def _search_function(self, prefixed: bool):
-        """The tf.function searching (inputs[, prefixes][, seed]) -> Hypotheses: the seed only
+        """The tf.function searching (inputs[, prefixes][, seeds]) -> Hypotheses: the seeds only
         when sampling, the prefixes only when some row has one. The default, one hypothesis
         of a search without prefixes or sampling, is `search` itself, whose loop carries no
         log probabilities: a hypothesis' log probability is then its score times the length
         penalty of its pieces (greedy search's: its score), computed once at the end."""
-        signature = [IDS] + [IDS] * prefixed + [SEED] * self.sampling
+        signature = [IDS] + [IDS] * prefixed + [SEEDS] * self.sampling
         if not (prefixed or self.sampling or self.search_hparams.num_hypotheses > 1):
             return tf.function(self._best, jit_compile=self.jit_compile,
                                input_signature=signature)
@@ -109,8 +109,9 @@ class ModelEngine:
         length = max(map(len, rows))
         return padded(rows, -(-length // LENGTH_MULTIPLE) * LENGTH_MULTIPLE)
 
-    def search(self, rows: list, prefixes: list = None, seed: int = None) -> list:
-        """results.py's search: per row its num_hypotheses Hypotheses, best first."""
+    def search(self, rows: list, prefixes: list = None, seeds: list = None) -> list:
+        """results.py's search: per row its num_hypotheses Hypotheses, best first; a row's
+        samples are decided by its seed pair alone (SamplingStrategy)."""
         inputs = self._batch(rows)
         prefixed = bool(prefixes) and any(prefixes)
         arguments = [inputs]
@@ -118,7 +119,8 @@ class ModelEngine:
             prefix_rows = list(prefixes) + [[]] * (len(inputs) - len(prefixes))
             arguments.append(padded(prefix_rows, 1))
         if self.sampling:
-            arguments.append(np.array([seed or 0, 0], np.int32))
+            seeds = list(seeds or [(0, 0)] * len(rows))
+            arguments.append(np.array(seeds + [(0, 0)] * (len(inputs) - len(seeds)), np.int32))
         found = self._searches[prefixed](*arguments)
         ids, scores, log_probs = (found.ids.numpy(), found.scores.numpy(),
                                   found.log_probs.numpy())

@@ -4,11 +4,11 @@ An engine is the model's own search (decoding.model_engine.ModelEngine) or CTran
 (decoding.ctranslate2_translator.CTranslate2Engine). decoder.Translator reads, batches, orders
 and writes; an engine only turns batches of id rows into these results:
 
-    engine.search(rows, prefixes=None, seed=None) -> [[Hypothesis, ...], ...]
+    engine.search(rows, prefixes=None, seeds=None) -> [[Hypothesis, ...], ...]
         rows: source ids, each ending with EOS. prefixes: per row, target piece ids (no EOS)
-        that its translations begin with (an empty list: none). seed: an int for sampling,
-        one per batch (decoder.Translator derives it from --seed and the batch). Returns per
-        row its search_hparams.num_hypotheses hypotheses, best first.
+        that its translations begin with (an empty list: none). seeds: for sampling, per row
+        a pair of ints, decoder.Translator's (--seed, the line's index in the run). Returns
+        per row its search_hparams.num_hypotheses hypotheses, best first.
     engine.score(rows, targets) -> [TargetScore, ...]
         targets: per row, the target ids ending with EOS; teacher-forced, nothing searched.
 """

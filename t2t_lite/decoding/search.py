@@ -104,9 +104,10 @@ def search_hypotheses(model, inputs, search_hparams: SearchHParams, fixed_shapes
     SOURCE_MULTIPLE as in `search`. prefixes: None, or int32 [B, P] target pieces each
     output begins with (no EOS), padded with 0; a row of 0 searches as without. A prefix
     counts within the row's limit (input length + extra_length): a longer one is cut there,
-    its output the cut prefix. seed: int32 [2], for tf.random.stateless_* ops (required when
-    sampling: ValueError without). fixed_shapes as in `search`. Traces inside tf.function with
-    [None, None] shapes and under jit_compile with fixed_shapes."""
+    its output the cut prefix. seed: int32 [B, 2], each input's seed of its samples, or [2],
+    every input's (required when sampling: ValueError without; SamplingStrategy).
+    fixed_shapes as in `search`. Traces inside tf.function with [None, None] shapes and under
+    jit_compile with fixed_shapes."""
     hp = search_hparams
     inputs = tf.convert_to_tensor(inputs, tf.int32)
     width = tf.shape(inputs)[1] + hp.extra_length

@@ -10,6 +10,7 @@ from absl import logging
 from t2t_lite import checkpoints, registry
 from t2t_lite.decoding.ctranslate2_translator import EXPORT_RECORD, CTranslate2Engine
 from t2t_lite.decoding.decoder import (SCORING_SETTINGS, Translator, check_alignment_layer,
+                                       check_sampling_topk,
                                        parallel_batches_for, intra_op_threads_for,
                                        parse_decode_hparams)
 from t2t_lite.decoding.results import TargetScore, Translation, Translations
@@ -158,7 +159,10 @@ class TranslationModel:
     """A trained model that translates and scores sentences (t2t_lite.load's), searched by
     t2t_lite or, for a CTranslate2 folder, by CTranslate2, through the decoder's Translator:
     `run` a TrainedRun whose vocabulary is checked, `checkpoint` TrainedRun.checkpoint's,
-    `seed` sampling's, `intra_op_threads` CTranslate2's per batch (0: the decoder's choice)."""
+    `seed` sampling's, `intra_op_threads` CTranslate2's per batch (0: the decoder's choice).
+    Its translate calls are one run, as the lines of one decoder input: with sampling, a
+    sentence's samples are decided by the seed and its index among the sentences translated
+    since the model was made."""
 
     def __init__(self, run: TrainedRun, checkpoint: str = None, seed: int = 0,
                  intra_op_threads: int = 0):
@@ -168,12 +172,14 @@ class TranslationModel:
         self.encoders = run.problem.feature_encoders(run.data_dir)
         self.model = None if run.ctranslate2 else run.load_model(checkpoint)
         self._translators = {}
+        self.sentences_translated = 0
 
     def translator(self, search_hparams, translator_hparams, sentences: int = 1,
                    source_name: str = "input") -> Translator:
         """The Translator of these settings for `sentences` lines (kept for the next call)."""
         if self.model is not None:
             check_alignment_layer(translator_hparams, self.run.hparams.decoder_layers)
+        check_sampling_topk(search_hparams, self.encoders["targets"].vocab_size)
         threads = self.intra_op_threads or intra_op_threads_for(translator_hparams, sentences)
         key = (search_hparams, translator_hparams, source_name,
                threads if self.model is None else 0)
@@ -192,8 +198,10 @@ class TranslationModel:
         alpha, num_hypotheses, extra_length, sampling_topk, alignments=True ...), each
         beginning with its `prefixes` ("": none). Returns per sentence its Translations
         (results.py): hypotheses best first, [] for one not translated, with its error."""
+        first_line = self.sentences_translated
         translator, results = self._results(settings, sentences, lambda translator, lines: (
-            translator.translate_in_order(lines, False, prefixes)))
+            translator.translate_in_order(lines, False, prefixes, first_line)))
+        self.sentences_translated += len(results)
         return [Translations([Translation(translator.text(hypothesis), *hypothesis[1:])
                               for hypothesis in hypotheses or ()], error)
                 for hypotheses, error in results]

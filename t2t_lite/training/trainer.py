@@ -7,6 +7,7 @@ docs/training.md tells what a run does on a resume, a signal, a full disk or cha
 import contextlib
 import dataclasses
 import functools
+import math
 import signal
 import threading
 
@@ -16,7 +17,7 @@ from absl import logging
 
 from t2t_lite import checkpoints, registry
 from t2t_lite.storage import outputs
-from t2t_lite.errors import UserError, unknown_name_message
+from t2t_lite.errors import FlagError, UserError, unknown_name_message
 from t2t_lite.hparams_lib import OPTIMIZATION_HPARAMS
 from t2t_lite.models.building import build_model
 from t2t_lite.storage.run_description import (description_path, differing_values, record_training,
@@ -64,18 +65,19 @@ class RunConfig:
     warm_start_from: str = None
 
     def __post_init__(self):
-        if not self.train_minutes >= 0:
-            raise ValueError(f"train_minutes={self.train_minutes!r}: expected minutes >= 0 "
-                             f"(0: no limit)")
+        """A FlagError (t2t_lite-trainer's flags by name) for a value no setting can take."""
+        if not 0 <= self.train_minutes < math.inf:
+            raise FlagError(f"train_minutes={self.train_minutes!r}: expected minutes >= 0, "
+                            f"a finite number (0: no limit)")
         if self.keep_best not in ("", *best.METRICS):
-            raise ValueError(f"keep_best={self.keep_best!r}: expected one of "
-                             f"{['', *best.METRICS]}")
+            raise FlagError(f"keep_best={self.keep_best!r}: expected one of "
+                            f"{['', *best.METRICS]}")
         if not self.early_stopping_patience >= 0:
-            raise ValueError(f"early_stopping_patience={self.early_stopping_patience!r}: "
-                             f"expected evaluations >= 0 (0: no early stopping)")
-        if not self.early_stopping_min_delta >= 0:
-            raise ValueError(f"early_stopping_min_delta={self.early_stopping_min_delta!r}: "
-                             f"expected a difference >= 0")
+            raise FlagError(f"early_stopping_patience={self.early_stopping_patience!r}: "
+                            f"expected evaluations >= 0 (0: no early stopping)")
+        if not 0 <= self.early_stopping_min_delta < math.inf:
+            raise FlagError(f"early_stopping_min_delta={self.early_stopping_min_delta!r}: "
+                            f"expected a difference >= 0, a finite number")
 
 
 def xla_pays(strategy) -> bool:

@@ -47,7 +47,8 @@ def test_the_search_without_its_cache_is_gone():
     ("beam_size=0", "beam_size=0: must be at least 1"),
     ("batch_size=0", "batch_size=0: must be at least 1"),
     ("parallel_batches=-1", "parallel_batches=-1: must be at least 0"),
-    ("stop_after_finished=-1", "stop_after_finished=-1: must be at least 0")])
+    ("stop_after_finished=-1", "stop_after_finished=-1: must be at least 0"),
+    ("extra_length=-1", "extra_length=-1: must be at least 0")])
 def test_sizes_below_their_least_are_refused(overrides, message):
     with pytest.raises(HParamsError, match=message):
         parse_decode_hparams(overrides)

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import t2t_lite
 from t2t_lite import registry
 from t2t_lite.data.vocab import EOS_ID, SymbolVocabulary
 from t2t_lite.models import restoring
 from t2t_lite.decoding.ctranslate2_translator import CTranslate2Engine
 from t2t_lite.decoding.search import SearchHParams
+from t2t_lite.errors import UserError
 from t2t_lite.serving import ctranslate2_export
 
 from test_ctranslate2_export import TINY, program, random_model
@@ -37,6 +39,11 @@ def copy_rows(exported_copy_model):
 
 def batches(rows, size=25):
     return [rows[start:start + size] for start in range(0, len(rows), size)]
+
+
+def seeded(seed, rows):
+    """The seed pairs of `rows` as the Translator gives them: (seed, the row's index)."""
+    return [(seed, index) for index in range(len(rows))]
 
 
 def searched(engine, rows, **kwargs):
@@ -76,7 +83,7 @@ def test_a_hypothesis_log_prob_is_the_engines_score_of_the_same_pair(copy_rows,
     folder, vocabulary, rows = copy_rows
     engine = CTranslate2Engine(folder, vocabulary.tokens, search_hparams)
     rows = rows[:30]
-    hypotheses = engine.search(rows, seed=1)
+    hypotheses = engine.search(rows, seeds=seeded(1, rows))
     pairs = [(row, hypothesis) for row, row_hypotheses in zip(rows, hypotheses)
              for hypothesis in row_hypotheses]
     scored = engine.score([row for row, _ in pairs], [hypothesis.ids for _, hypothesis in pairs])
@@ -206,14 +213,15 @@ def test_sampling_is_decided_by_the_seed_whatever_runs_at_the_same_time(copy_row
     folder, vocabulary, rows = copy_rows
     engine = CTranslate2Engine(folder, vocabulary.tokens, SAMPLING, parallel_batches=2)
     first, second = rows[:20], rows[20:40]
-    expected = {seed: engine.search(batch, seed=seed) for seed, batch in ((1, first), (2, second))}
-    assert engine.search(first, seed=1) == expected[1]
-    assert engine.search(first, seed=3) != expected[1]
+    expected = {seed: engine.search(batch, seeds=seeded(seed, batch))
+                for seed, batch in ((1, first), (2, second))}
+    assert engine.search(first, seeds=seeded(1, first)) == expected[1]
+    assert engine.search(first, seeds=seeded(3, first)) != expected[1]
     assert any(len({tuple(h.ids) for h in hypotheses}) > 1 for hypotheses in expected[1])
     found = {}
 
     def search(seed, batch):
-        found[seed] = engine.search(batch, seed=seed)
+        found[seed] = engine.search(batch, seeds=seeded(seed, batch))
 
     threads = [threading.Thread(target=search, args=(seed, batch)) for seed, batch in
                ((1, first), (2, second))]
@@ -230,7 +238,7 @@ def test_sampling_draws_num_hypotheses_samples(copy_rows):
     folder, vocabulary, _ = copy_rows
     sampled = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(
         beam_size=1, num_hypotheses=5, sampling_topk=0))
-    assert len(sampled.search([[3, 4, EOS_ID]], seed=0)[0]) == 5
+    assert len(sampled.search([[3, 4, EOS_ID]], seeds=[(0, 0)])[0]) == 5
 
 
 def test_a_tiny_nucleus_is_greedy_search_and_the_decoder_takes_it(exported_copy_model,
@@ -242,11 +250,45 @@ def test_a_tiny_nucleus_is_greedy_search_and_the_decoder_takes_it(exported_copy_
         beam_size=1, sampling_topk=0, sampling_topp=1e-6))
     greedy = CTranslate2Engine(folder, vocabulary.tokens, SearchHParams(beam_size=1))
     assert nucleus._options(10)["sampling_topp"] == 1e-6
-    assert [[h.ids for h in row] for row in searched(nucleus, rows[:25], seed=3)] == \
-        [[h.ids for h in row] for row in searched(greedy, rows[:25])]
+    rows = rows[:25]
+    assert [[h.ids for h in row] for row in searched(nucleus, rows, seeds=seeded(3, rows))] == \
+        [[h.ids for h in row] for row in searched(greedy, rows)]
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("3 7 1\n2 2 9 4\n")
     program("decoder", f"--data_dir={exported_copy_model[0]}", f"--ctranslate2_model={folder}",
             f"--decode_from_file={source}",
             f"--decode_to_file={output}", "--decode_hparams=sampling_topk=0,sampling_topp=0.9")
     assert len(output.read_text().splitlines()) == 2
+
+
+def test_one_seed_gives_each_line_its_own_samples(exported_copy_model):
+    """200 copies of one line sampled with one seed, the first 20 a call of the Python API
+    each (as interactive decoding), the rest in one call: at least 150 distinct samples, 15 of
+    the 20 alone, and the same again from a rerun; the N samples of one line differ too."""
+    data_dir, _, folder = exported_copy_model
+    with open(f"{data_dir}/algorithmic_copy-test.inputs.txt", encoding="utf-8") as handle:
+        line = handle.readline().strip()
+    settings = dict(sampling_topk=0, sampling_temperature=3.0)
+
+    def run():
+        model = t2t_lite.load(folder, data_dir=data_dir, seed=5)
+        alone = [model.translate([line], **settings)[0] for _ in range(20)]
+        together = model.translate([line] * 180, **settings)
+        return [translations.hypotheses[0].text for translations in alone + together]
+
+    samples = run()
+    assert len(set(samples[:20])) >= 15 and len(set(samples)) >= 150
+    assert run() == samples
+    n_samples = t2t_lite.load(folder, data_dir=data_dir, seed=5).translate(
+        [line], num_hypotheses=50, **settings)[0].hypotheses
+    assert len({sample.text for sample in n_samples}) >= 40
+
+
+def test_a_sampling_topk_above_the_vocabulary_is_refused_as_with_the_checkpoint(
+        exported_copy_model):
+    data_dir, _, folder = exported_copy_model
+    vocab_size = registry.problem("algorithmic_copy").vocab_size(data_dir)
+    model = t2t_lite.load(folder, data_dir=data_dir)
+    with pytest.raises(UserError, match=rf"^--decode_hparams: sampling_topk={vocab_size + 1}: "
+                                        rf"the model's vocabulary has {vocab_size} pieces"):
+        model.translate(["3 4"], sampling_topk=vocab_size + 1)
