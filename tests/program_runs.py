@@ -6,6 +6,8 @@ import hashlib
 import subprocess
 import sys
 
+import forked_programs
+
 # A model too small to learn anything, for what does not need learning (saving, decoding,
 # exporting, the steps of a run).
 TINY_MODEL = "hidden_size=16,filter_size=32,num_heads=2,num_hidden_layers=1"
@@ -39,9 +41,14 @@ def program_command(program: str, *flags) -> list:
 
 def run_program(program: str, *flags, timeout: float = 600, **options):
     """The subprocess.CompletedProcess of the program run to its end, stdout and stderr apart
-    (`options`: subprocess.run's env, cwd, preexec_fn)."""
-    return subprocess.run(program_command(program, *flags), capture_output=True, text=True,
-                          timeout=timeout, **options)
+    (`options`: subprocess.run's env, cwd, preexec_fn): forked from a process that has
+    imported TensorFlow (forked_programs) where only env and cwd are given and TensorFlow's
+    import reads nothing of env, a fresh Python otherwise."""
+    command = program_command(program, *flags)
+    if set(options) <= {"env", "cwd"} and forked_programs.forkable(options.get("env")):
+        return forked_programs.run(f"t2t_lite.bin.{program}", flags, command, timeout=timeout,
+                                   **options)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options)
 
 
 def run(program: str, *flags, **options) -> tuple:

@@ -2,6 +2,8 @@
 as any mistake a user can fix does: one `error:` line naming the flag and exit status 2
 (docs/checks.md), where absl's parser printed "FATAL Flags parsing error" with status 1. Help
 still prints and exits 0."""
+import os
+
 import pytest
 
 from program_runs import error_lines, run_program
@@ -38,3 +40,14 @@ def test_help_prints_and_exits_0(program):
     code, out, err = run(program, "--help")
     assert code == 0, err
     assert out.startswith(f"t2t_lite-{program}:") and "--data_dir" in out, out
+
+
+def test_a_fresh_start_prints_the_error_line_alone():
+    """In a Python of its own, TensorFlow's logging not quieted beforehand (most runs of the
+    tests are forked from a process that has loaded it: forked_programs), a program's start
+    prints nothing of TensorFlow's loading before its one error line."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = run_program("decoder", "--data_dir=D", env=environment)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == error_lines(result.stderr) and \
+        len(error_lines(result.stderr)) == 1, result.stderr

@@ -26,15 +26,24 @@ TRAINER_REQUIRED = ["--problem=algorithmic_copy", "--data_dir=D", "--hparams_set
 
 @contextlib.contextmanager
 def program_flags(program):
-    """The names of `program`'s flags, defined in absl's FLAGS for the block only."""
-    before = set(common.FLAGS)
+    """The names of `program`'s flags, defined in absl's FLAGS for the block only (the flags
+    other modules of this test process defined, e.g. the benchmarks', set aside meanwhile)."""
+    FLAGS = common.FLAGS
+    absl_own = {flag.name for module, module_flags in FLAGS.flags_by_module_dict().items()
+                if module.startswith("absl") for flag in module_flags}
+    others = {name: FLAGS[name] for name in FLAGS if name not in absl_own}
+    for name in others:
+        delattr(FLAGS, name)
+    before = set(FLAGS)
     program.define_flags()
     try:
-        yield sorted(set(common.FLAGS) - before)
+        yield sorted(set(FLAGS) - before)
     finally:
-        common.FLAGS.unparse_flags()
-        for name in set(common.FLAGS) - before:
-            delattr(common.FLAGS, name)
+        FLAGS.unparse_flags()
+        for name in set(FLAGS) - before:
+            delattr(FLAGS, name)
+        for name, flag in others.items():
+            FLAGS[name] = flag
 
 
 def float_fields(kind) -> list:
