@@ -1,5 +1,5 @@
-"""Test settings: quiet TensorFlow, one thread per pool, on its own choice of CPU kernels as
-the programs run it, and the shared fixtures."""
+"""Test settings: quiet TensorFlow, on its own choice of CPU kernels as the programs run it,
+and the shared fixtures."""
 import fcntl
 import os
 import pathlib
@@ -11,11 +11,6 @@ import pytest
 import program_runs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# pytest-xdist runs a test process per core: one thread in each of TensorFlow's pools keeps the
-# processes (and the programs they start) from oversubscribing the cores, where TensorFlow's
-# threads wait for each other. Tests of the thread flags set the pools themselves.
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 
 @pytest.fixture

@@ -51,16 +51,20 @@ def test_a_negative_thread_count_is_refused_naming_the_flag():
     assert "inter_op_parallelism_threads" in result.stderr
 
 
-def test_the_decoder_gives_each_batch_searched_at_once_a_thread_of_its_own():
+def test_the_decoder_gives_each_batch_searched_at_once_a_thread_of_its_own(monkeypatch):
     # 6 cores, 1000 sentences (32 batches): 6 or 12 at once -> one intra-op thread (each batch
     # on its own); 2 at once -> a pool of all 6, shared. 40 sentences: 2 batches, so at most 2
     # at once whatever parallel_batches says -> all 6 cores.
-    for sentences, parallel_batches, intra in (("1000", "6", "1"), ("1000", "12", "1"),
-                                               ("1000", "2", "6"), ("40", "6", "6")):
-        result = run(sentences, parallel_batches, program=DECODER_PROGRAM)
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.split() == [intra, "0"]
-    # The flags win.
+    from t2t_lite.decoding import decoder
+    monkeypatch.setattr(decoder, "usable_cores", lambda: 6)
+    for sentences, parallel_batches, intra in ((1000, 6, 1), (1000, 12, 1), (1000, 2, 6),
+                                               (40, 6, 6)):
+        assert decoder.intra_op_threads_for(
+            decoder.TranslatorHParams(parallel_batches=parallel_batches), sentences) == intra
+    # The choice is what TensorFlow starts with; the flags win over it.
+    result = run("1000", "6", program=DECODER_PROGRAM)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "0"]
     result = run("1000", "6", "--intra_op_parallelism_threads=4",
                  "--inter_op_parallelism_threads=2", program=DECODER_PROGRAM)
     assert result.stdout.split() == ["4", "2"], result.stderr
