@@ -205,7 +205,9 @@ def test_lists_and_weights_that_do_not_fit_are_refused(files):
         datagen.train_weights("0.8,much")
     for weights, message in (((0.8, 0.1, 0.1), "gives 3 weights for 2 training corpora"),
                              ((0.8, 0), "every weight must be a positive number, not 0"),
-                             ((-1, 2), "every weight must be a positive number, not -1")):
+                             ((-1, 2), "every weight must be a positive number, not -1"),
+                             ((1, float("inf")), "a positive number, not inf"),
+                             ((float("nan"), 1), "a positive number, not nan")):
         with pytest.raises(DataError, match=f"--train_weights=.*{message}"):
             configured(files, weights)
 
