@@ -34,8 +34,11 @@ def run(*command, expect_failure=False):
     return result.returncode, output
 
 
-def program(name, *flags, **kwargs):
-    return run(sys.executable, "-m", f"t2t_lite.bin.{name}", *flags, **kwargs)
+def program(name, *flags, expect_failure=False):
+    result = program_runs.run_program(name, *flags)
+    output = result.stdout + result.stderr
+    assert (result.returncode != 0) == expect_failure, output
+    return result.returncode, output
 
 
 def texts(tensor):
