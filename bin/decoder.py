@@ -132,8 +132,9 @@ def main(argv):
               ([] if FLAGS.decode_to_file is None else form.paths(FLAGS.decode_to_file).values())]
     if FLAGS.attention_dir:
         wanted.append(outputs.Output.folder(FLAGS.attention_dir, "attention_dir", lock_name=None))
+    inputs = {flag: FLAGS[flag].value for flag in INPUT_FLAGS}
     for output in wanted:
-        output.check({flag: FLAGS[flag].value for flag in INPUT_FLAGS})
+        output.check(inputs)
     interactive, source = FLAGS.decode_interactive, FLAGS.decode_from_file or "stdin"
     lines = [] if interactive else decoder.read_sentences(FLAGS.decode_from_file,
                                                           "decode_from_file")

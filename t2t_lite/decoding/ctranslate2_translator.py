@@ -143,10 +143,14 @@ class CTranslate2Engine:
         """
         if not rows:
             return []
-        prefixes = self._cut_prefixes(rows, prefixes)
-        # A row whose prefix fills its limit is not searched: its one hypothesis is the prefix.
+        # Each row's limit (input length + extra_length), within which a prefix counts, as in
+        # t2t_lite's search (loop.py): a longer prefix is cut there, and a row whose prefix
+        # fills it is not searched (its one hypothesis is the prefix).
+        limits = [len(row) + self.search_hparams.extra_length for row in rows]
+        if prefixes is not None:
+            prefixes = [list(prefix[:limit]) for prefix, limit in zip(prefixes, limits)]
         filled = {i for i, prefix in enumerate(prefixes or ())
-                  if prefix and len(prefix) >= len(rows[i]) + self.search_hparams.extra_length}
+                  if prefix and len(prefix) == limits[i]}
         hypotheses = [[(Hypothesis(prefixes[i] + [EOS_ID], 0.0, None), True)]
                       if i in filled else None for i in range(len(rows))]
         searched = [i for i in range(len(rows)) if i not in filled]
@@ -168,15 +172,6 @@ class CTranslate2Engine:
             score = hypothesis.log_prob / len(prefixes[i]) ** self._penalty()
             hypotheses[i] = [(hypothesis._replace(score=score), False)]
         return [[hypothesis for hypothesis, _ in row] for row in hypotheses]
-
-    def _cut_prefixes(self, rows: list, prefixes):
-        """The prefixes cut at their rows' limits (input length + extra_length), as t2t_lite's
-        search cuts them (loop.py: a prefix counts within the limit, and the output of a
-        longer one is the cut prefix)."""
-        if prefixes is None:
-            return None
-        extra = self.search_hparams.extra_length
-        return [list(prefix[:len(row) + extra]) for row, prefix in zip(rows, prefixes)]
 
     def score(self, rows: list, targets: list) -> list:
         """Per row the TargetScore of its target (results.py's engine.score): score_batch,
