@@ -29,11 +29,13 @@ WEIGHTS = (0.8, 0.2)
 BATCHES = hparams_of("batch_size=1024,max_length=32")
 
 
-def write_corpus(folder, marker: str, count: int, seed: int = 1) -> tuple:
-    """(source, target) files of `count` lines, each source starting with `marker`; the target
-    is the source upper-cased. The same seed gives the same words whatever the marker."""
+def write_corpus(folder, marker: str, count: int, seed: int = 1, words: int = None) -> tuple:
+    """(source, target) files of `count` lines, each source starting with `marker` and then
+    `words` words (None: 2 to 8); the target is the source upper-cased. The same seed gives
+    the same words whatever the marker."""
     rng = random.Random(seed)
-    source = [f"{marker} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8)))
+    source = [f"{marker} " + " ".join(rng.choice(WORDS)
+                                      for _ in range(words or rng.randint(2, 8)))
               for _ in range(count)]
     paths = (str(folder / f"{marker}.en"), str(folder / f"{marker}.de"))
     for path, lines in zip(paths, (source, [line.upper() for line in source])):
@@ -253,26 +255,14 @@ def test_a_tiny_weights_vocabulary_sample_stops_after_the_passes_of_the_other_co
         (translate_files.MAX_PASSES - 1) * SIZES["omega"])
 
 
-def write_long_corpus(folder, marker: str, words: int, count: int = 5) -> tuple:
-    """(source, target) files of `count` lines of `words` words each after `marker`."""
-    rng = random.Random(words)
-    source = [f"{marker} " + " ".join(rng.choice(WORDS) for _ in range(words))
-              for _ in range(count)]
-    paths = (str(folder / f"{marker}.en"), str(folder / f"{marker}.de"))
-    for path, lines in zip(paths, (source, [line.upper() for line in source])):
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write("".join(line + "\n" for line in lines))
-    return paths
-
-
 @pytest.fixture(scope="module")
 def with_long_corpora(files, tmp_path_factory):
     """(data_dir, the corpora's pairs, datagen's warnings) of corpus A, a corpus of lines of 40
     words (kept by datagen, over max_length=32 tokens) and one of 300 words (over datagen's
     256 tokens: written with no record)."""
     folder = tmp_path_factory.mktemp("long")
-    pairs = [files["train"][0], write_long_corpus(folder, "long", 40),
-             write_long_corpus(folder, "endless", 300)]
+    pairs = [files["train"][0], write_corpus(folder, "long", 5, seed=40, words=40),
+             write_corpus(folder, "endless", 5, seed=300, words=300)]
     data_dir = str(folder / "data")
     warnings = []
     problem = registry.problem("translate_text_files").configure(
