@@ -13,6 +13,15 @@ import program_runs
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """-n auto (pyproject.toml): a test process per core and one more, which keeps the cores
+    busy while tests wait on the programs they run; PYTEST_XDIST_AUTO_NUM_WORKERS still
+    decides where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
+
+
 @pytest.fixture
 def free_ports():
     """A function returning n TCP ports on 127.0.0.1 that were free a moment ago (for the

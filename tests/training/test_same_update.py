@@ -1,6 +1,7 @@
 """The same global batch gives the same update: on 1 replica and on 2 (MirroredStrategy over two
 logical CPUs, loss normalised by the global token count; with XLA and without it), and as one
 batch or as two halves with gradient accumulation."""
+import functools
 import json
 import os
 import subprocess
@@ -77,6 +78,7 @@ def parse_result(returncode, stdout, stderr):
     return json.loads(line[len("RESULT"):])
 
 
+@functools.cache  # one_replica's update, run once for the tests that compare with it
 def run_case(case, jit_compile=True):
     result = subprocess.run([sys.executable, "-c", SCRIPT, case], capture_output=True,
                             text=True, timeout=600,
