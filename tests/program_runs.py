@@ -57,6 +57,14 @@ def run(program: str, *flags, **options) -> tuple:
     return result.returncode, result.stdout + result.stderr
 
 
+def run_expecting(program: str, *flags, expect_failure: bool = False, **options) -> tuple:
+    """`run`, asserting that the program failed (a nonzero status) exactly when
+    `expect_failure`."""
+    status, output = run(program, *flags, **options)
+    assert (status != 0) == expect_failure, output
+    return status, output
+
+
 def error_lines(output: str) -> list:
     """The `error:` lines of a program's output (a user's mistake is exactly one)."""
     return [line for line in output.splitlines() if line.startswith("error:")]

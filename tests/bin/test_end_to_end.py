@@ -13,9 +13,8 @@ HPARAMS = joined(SMALL, "learning_rate_warmup_steps=50")
 
 
 def run(program, *flags, expect_failure=False, environment=None):
-    code, output = program_runs.run(program, *flags, env=environment)
-    assert (code != 0) == expect_failure, output
-    return output
+    return program_runs.run_expecting(program, *flags, expect_failure=expect_failure,
+                                      env=environment)[1]
 
 
 @pytest.fixture(scope="module")

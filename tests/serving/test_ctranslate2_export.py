@@ -26,7 +26,7 @@ from t2t_lite.decoding.trained_model import TrainedRun
 from t2t_lite.models.building import build_model
 from t2t_lite.serving import ctranslate2_export
 
-from program_runs import SMALL_MODEL, error_lines, hparams_of, run_program
+from program_runs import SMALL_MODEL, error_lines, hparams_of, run_expecting
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -47,11 +47,7 @@ def run(*command, expect_failure=False, env=None):
     return result.returncode, output
 
 
-def program(name, *flags, expect_failure=False, env=None):
-    result = run_program(name, *flags, env=env)
-    output = result.stdout + result.stderr
-    assert (result.returncode != 0) == expect_failure, output
-    return result.returncode, output
+program = run_expecting
 
 
 def random_model(overrides: str, vocab_size: int, seed: int = 0):

@@ -34,11 +34,7 @@ def run(*command, expect_failure=False):
     return result.returncode, output
 
 
-def program(name, *flags, expect_failure=False):
-    result = program_runs.run_program(name, *flags)
-    output = result.stdout + result.stderr
-    assert (result.returncode != 0) == expect_failure, output
-    return result.returncode, output
+program = program_runs.run_expecting
 
 
 def texts(tensor):
