@@ -4,6 +4,7 @@ bfloat16 one (benchmarks/README.md, train_speed.py).
 
   python benchmarks/train_speed.py --data_dir=D [--modes=no_xla_each] [--rounds=3]
       [--compare] [--peers=opennmt_tf,eole] [--warmup_steps=20 --steps=60 --window=10]
+      [--sampling_compare=ALPHA]
       [--work_dir=/tmp/t2t_lite_train_speed] [--output_json=F]
 
 One clock for every toolkit: each contestant is its toolkit's own training program, timed by
@@ -11,7 +12,9 @@ the wall clock between its progress lines; a contestant-round's rates are median
 windows after --warmup_steps updates (harness.window_medians) of real tokens a second. The
 source tokens that t2t_lite-trainer's lines leave out are counted here on the same seeded
 batches, whose target count must agree with the trainer's within 2%. A peer is a run.py under
-peers/ with the contract of peers/opennmt_tf/README.md.
+peers/ with the contract of peers/opennmt_tf/README.md. --sampling_compare adds the first mode
+with subword sampling (hparams.sentencepiece_alpha) and the input pipeline's own rate with and
+without it, in real tokens per second of its process's CPU time.
 """
 import json
 import os
@@ -71,6 +74,10 @@ flags.DEFINE_boolean("precision_compare", None, "Add the first of --modes in the
                      "precision: float32 where it trains in bfloat16 (mixed_precision=auto on a "
                      "CPU with AVX512_BF16 or AMX), else bfloat16. Default: on with --compare "
                      "where the CPU has AVX512_BF16 or AMX.")
+flags.DEFINE_float("sampling_compare", None, "Add the first of --modes with "
+                   "sentencepiece_alpha=this, and the input pipeline's rates with and without.")
+flags.DEFINE_integer("pipeline_batches", 300, "Batches the input pipeline's rate is timed on.",
+                     lower_bound=1)
 flags.DEFINE_integer("matmul_runs", 10, "Runs of each matmul shape and backend, before and "
                      "after the rounds.", lower_bound=1)
 common.define_thread_flags()  # t2t_lite's, and the peers' with t2t_lite's settings
@@ -100,6 +107,9 @@ def contestants() -> list:
     if default_on(FLAGS.precision_compare, FLAGS.compare and cpu_multiplies_in_bfloat16()):
         other = "float32" if result[0]["precision"] == "bfloat16" else "bfloat16"
         result.append(ours(f"t2t_lite {first} {other}", first, hparams=f"mixed_precision={other}"))
+    if FLAGS.sampling_compare:
+        result.append(ours(f"t2t_lite {first} sentencepiece_alpha={FLAGS.sampling_compare}",
+                           first, hparams=f"sentencepiece_alpha={FLAGS.sampling_compare}"))
     if default_on(FLAGS.onednn_compare, FLAGS.compare):
         onednn = harness.onednn_enabled()  # as TensorFlow loaded here, and in the contestants
         result.append(ours(f"t2t_lite {first} oneDNN {'off' if onednn else 'on'}", first,
@@ -231,12 +241,36 @@ def run_peer(entry, hparams, round_index) -> dict:
 
 def run_round(entry, round_index, hparams, updates, parameters) -> dict:
     start = time.time()
-    result = (run_trainer(entry, round_index, updates[entry["mode"]], parameters)
+    result = (run_trainer(entry, round_index, updates[batches_of(entry)], parameters)
               if entry["kind"] == "t2t_lite" else run_peer(entry, hparams, round_index))
     onednn = {True: "on", False: "off", None: "-"}[result["onednn"]]
     print(f"  {fmt(result.get('target_tokens_per_s'), '.0f')} target tok/s, oneDNN {onednn}, "
           f"{time.time() - start:.0f} s", flush=True)
     return result
+
+
+def batches_of(entry) -> tuple:
+    """What decides a t2t_lite contestant's batches: its mode and its hparams."""
+    return entry["mode"], entry["hparams"] or ""
+
+
+def pipeline_rates(problem, hparams) -> dict:
+    """{"unsampled", "sampled"}: real tokens (source and target) of the first
+    --pipeline_batches training batches over the CPU seconds of this process while reading
+    them (the pipeline's rate per core; TensorFlow's own threads) and over the wall seconds."""
+    rates = {}
+    for name, alpha in (("unsampled", 0.0), ("sampled", FLAGS.sampling_compare)):
+        batches = training_run.trainer_batches(problem, FLAGS.data_dir, hparams.replace(
+            sentencepiece_alpha=alpha)).take(FLAGS.pipeline_batches)
+        cpu, wall, tokens = time.process_time(), time.time(), 0
+        for batch in batches:
+            tokens += int(sum((batch[f].numpy() != 0).sum() for f in ("inputs", "targets")))
+        cpu, wall = time.process_time() - cpu, time.time() - wall
+        rates[name] = {"tokens": tokens, "tokens_per_cpu_s": tokens / cpu,
+                       "tokens_per_s": tokens / wall}
+        print(f"input pipeline, {name}: {tokens / cpu:,.0f} real tokens per CPU second, "
+              f"{tokens / wall:,.0f} per second", flush=True)
+    return rates
 
 
 def summarize(entry, parameters, best):
@@ -377,15 +411,20 @@ def main(unused_argv):
         training_run.training_steps(hparams, vocab_size, jit_compile=False).model, hparams,
         vocab_size)
     updates, first = {}, None
-    for mode in dict.fromkeys(e["mode"] for e in entries if e["kind"] == "t2t_lite"):
-        mode_hparams = hparams.replace(length_bucketing=MODES[mode][1])
+    for mode, overrides in dict.fromkeys(batches_of(e) for e in entries
+                                         if e["kind"] == "t2t_lite"):
+        mode_hparams = hparams.replace(length_bucketing=MODES[mode][1]).override_from_string(
+            overrides)
         per_update = max(1, mode_hparams.optimizer_multistep_accumulate_steps)
         batches = list(training_run.trainer_batches(problem, FLAGS.data_dir, mode_hparams).take(
             (FLAGS.warmup_steps + FLAGS.steps) * per_update))
-        updates[mode] = training_run.update_tokens(batches, len(batches) // per_update,
-                                                   per_update)
+        updates[mode, overrides] = training_run.update_tokens(
+            batches, len(batches) // per_update, per_update)
         first = first or (mode_hparams, batches[FLAGS.warmup_steps * per_update])
-    result["t2t_lite_updates"] = updates
+    result["t2t_lite_updates"] = {" ".join(filter(None, key)): value
+                                  for key, value in updates.items()}
+    if FLAGS.sampling_compare:
+        result["pipeline"] = pipeline_rates(problem, hparams)
     dense = training_run.dense_shapes(first[1], first[0], vocab_size)
     dense_flops = {matmul_rates.shape_key(s): f
                    for s, f in training_run.shape_flops(dense).items()}

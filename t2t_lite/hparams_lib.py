@@ -34,7 +34,7 @@ OPTIMIZATION_HPARAMS = frozenset({
 # decoding and exporting it ignore them.
 TRAINING_ONLY_HPARAMS = OPTIMIZATION_HPARAMS | frozenset({
     "optimizer_multistep_accumulate_steps", "initializer_gain", "batch_size", "max_length",
-    "min_length_bucket", "length_bucket_step", "length_bucketing"})
+    "min_length_bucket", "length_bucket_step", "length_bucketing", "sentencepiece_alpha"})
 
 
 class HParamsError(UserError, ValueError):
@@ -105,6 +105,11 @@ class HParams:
     # (~300): for training without XLA. "auto": the trainer picks "each" when its step runs
     # without XLA (faster on a CPU) and "longer" under XLA. Measurements: benchmarks/README.md.
     length_bucketing: str = "auto"
+    # Subword regularisation: each training example's pieces drawn anew at every read by
+    # SentencePiece's sampling (data/subword_sampling.py). A unigram vocabulary's alpha is the
+    # exponent of P(pieces) (smaller: more varied); a BPE vocabulary's the probability of
+    # skipping a merge (BPE-dropout). 0: the pieces datagen wrote.
+    sentencepiece_alpha: float = 0.0
 
     def __post_init__(self):
         check = _Checker(self)
@@ -112,7 +117,8 @@ class HParams:
                        "batch_size", "max_length", "min_length_bucket",
                        "learning_rate_warmup_steps", "optimizer_multistep_accumulate_steps")
         check.non_negative("num_encoder_layers", "num_decoder_layers", "clip_grad_norm",
-                           "learning_rate_constant", "output_layer_chunk_rows")
+                           "learning_rate_constant", "output_layer_chunk_rows",
+                           "sentencepiece_alpha")
         check.probability("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
                           "label_smoothing")
         if self.hidden_size % self.num_heads:

@@ -131,20 +131,27 @@ def bucket_each_length(dataset: tf.data.Dataset, hparams, max_length: int,
 
 
 def corpus_examples(filepattern: str, max_length: int, training: bool, shuffle_files: bool,
-                    repeat: bool, seed: int = None) -> tf.data.Dataset:
+                    repeat: bool, seed: int = None, sampling=None) -> tf.data.Dataset:
     """The examples of one corpus's shards, of at most max_length: shuffled in training (seeded
-    when `seed` is given), repeated if asked."""
+    when `seed` is given), repeated if asked; `sampling` (a function of the dataset, as
+    subword_sampling.sampled) segments them anew at every read, before their lengths are
+    filtered."""
     dataset = read_examples(filepattern, shuffle_files=shuffle_files, seed=seed)
-    dataset = dataset.filter(lambda example: example_length(example) <= max_length)
+    if sampling is None:
+        dataset = dataset.filter(lambda example: example_length(example) <= max_length)
     if training:
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed)
     if repeat:
         dataset = dataset.repeat()
+    if sampling is not None:
+        dataset = sampling(dataset).filter(
+            lambda example: example_length(example) <= max_length)
     return dataset
 
 
 def weighted_examples(filepatterns: list, weights: list, max_length: int, training: bool,
-                      shuffle_files: bool, repeat: bool, seed: int = None) -> tf.data.Dataset:
+                      shuffle_files: bool, repeat: bool, seed: int = None,
+                      samplers: dict = None) -> tf.data.Dataset:
     """Examples drawn from several corpora, each read as `corpus_examples`, the next one from
     corpus i with probability weights[i] / sum(weights) (tf.data's sample_from_datasets, as
     OpenNMT-tf samples its weighted training files), seeded by `seed`: the same seed gives the
@@ -153,7 +160,8 @@ def weighted_examples(filepatterns: list, weights: list, max_length: int, traini
     would take about 1/w draws (for ever at w=1e-6)."""
     # A seed of its own for each corpus: corpora of one size would be shuffled alike.
     corpora = [corpus_examples(pattern, max_length, training, shuffle_files, repeat,
-                               None if seed is None else seed + index)
+                               None if seed is None else seed + index,
+                               _sampling(samplers, seed, index))
                for index, pattern in enumerate(filepatterns)]
     total = float(sum(weights))
     return tf.data.Dataset.sample_from_datasets(
@@ -161,9 +169,17 @@ def weighted_examples(filepatterns: list, weights: list, max_length: int, traini
         stop_on_empty_dataset=not repeat)
 
 
+def _sampling(samplers: dict, seed: int, corpus: int):
+    """The `sampling` of corpus_examples for corpus number `corpus`, or None."""
+    if not samplers:
+        return None
+    from t2t_lite.data import subword_sampling
+    return lambda dataset: subword_sampling.sampled(dataset, samplers, [seed or 0, corpus])
+
+
 def batched_dataset(filepattern, hparams, training: bool, shuffle_files: bool = True,
                     repeat: bool = None, num_replicas: int = 1, seed: int = None,
-                    weights: list = None) -> tf.data.Dataset:
+                    weights: list = None, samplers: dict = None) -> tf.data.Dataset:
     """Training: shuffled and repeated. Evaluation: in file order, repeated only if asked (then
     every evaluation sees the same first batches). Repeated datasets give full batches only, so
     there is one batch shape per bucket. Examples over max_length are dropped in both (the
@@ -171,14 +187,16 @@ def batched_dataset(filepattern, hparams, training: bool, shuffle_files: bool = 
 
     `filepattern`: the shards of one corpus, or a list of several corpora's patterns whose
     examples are drawn by `weights` (one each) before they are bucketed (`weighted_examples`),
-    so that every batch holds them in those proportions."""
+    so that every batch holds them in those proportions. `samplers` ({feature:
+    subword_sampling.SubwordSampler}) segment those features anew at every read."""
     max_length = hparams.max_length
     repeat = training if repeat is None else repeat
     if isinstance(filepattern, str):
-        dataset = corpus_examples(filepattern, max_length, training, shuffle_files, repeat, seed)
+        dataset = corpus_examples(filepattern, max_length, training, shuffle_files, repeat, seed,
+                                  _sampling(samplers, seed, 0))
     else:
         dataset = weighted_examples(filepattern, weights, max_length, training, shuffle_files,
-                                    repeat, seed)
+                                    repeat, seed, samplers)
     bucket = bucket_each_length if hparams.length_bucketing == "each" else bucket_by_length
     dataset = bucket(dataset, hparams, max_length, drop_remainder=repeat,
                      num_replicas=num_replicas)

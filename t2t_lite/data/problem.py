@@ -470,12 +470,31 @@ class Problem:
         `allow_unverified` as in check_data."""
         self.check_data(data_dir, [split_name], checksums=False,
                         allow_unverified=allow_unverified)
+        samplers = (self.subword_samplers(data_dir, hparams.sentencepiece_alpha)
+                    if training and hparams.sentencepiece_alpha else None)
         return self._batches(self.split_corpora(data_dir, split_name), hparams, training,
                              training if shuffle_files is None else shuffle_files, repeat,
-                             num_replicas, seed)
+                             num_replicas, seed, samplers)
+
+    def subword_samplers(self, data_dir: str, alpha: float) -> dict:
+        """{feature: subword_sampling.SubwordSampler} of each feature's SentencePiece model
+        (one for a joint vocabulary), or a UserError for a vocabulary of another kind."""
+        from t2t_lite.data.subword_sampling import SubwordSampler
+        samplers, of_model = {}, {}
+        for feature, encoder in sorted(self.feature_encoders(data_dir).items()):
+            if not hasattr(encoder, "model_proto"):
+                raise UserError(f"sentencepiece_alpha={alpha}: the {feature} of {self.name} "
+                                f"are not SentencePiece pieces ({type(encoder).__name__}); "
+                                f"only a SentencePiece vocabulary's pieces are sampled")
+            if encoder.model_proto not in of_model:
+                of_model[encoder.model_proto] = SubwordSampler(encoder.model_proto, alpha,
+                                                               encoder.model_path)
+            samplers[feature] = of_model[encoder.model_proto]
+        return samplers
 
     def _batches(self, corpora: list, hparams, training: bool, shuffle_files: bool,
-                 repeat: bool = None, num_replicas: int = 1, seed: int = None):
+                 repeat: bool = None, num_replicas: int = 1, seed: int = None,
+                 samplers: dict = None):
         """pipeline.batched_dataset of one corpus, or of several by their weights."""
         if len(corpora) == 1:
             patterns, weights = corpora[0].filepattern, None
@@ -484,7 +503,8 @@ class Problem:
             weights = self.corpus_weights(corpora)
         return pipeline.batched_dataset(patterns, hparams, training=training,
                                         shuffle_files=shuffle_files, repeat=repeat,
-                                        num_replicas=num_replicas, seed=seed, weights=weights)
+                                        num_replicas=num_replicas, seed=seed, weights=weights,
+                                        samplers=samplers)
 
 
 _warned_unverified = set()

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import t2t_lite
 from t2t_lite.decoding.decoder import Translator, TranslatorHParams, decode_interactively
-from t2t_lite.decoding.strategies.sampling import hashed_uniform
+from t2t_lite.keyed_random import hashed_uniform
 from t2t_lite.decoding.trained_model import decode_hparams
 
 # Hot enough that the copy model's samples of one line differ.

@@ -3,40 +3,8 @@ keras-hub's TopKSampler and TopPSampler), over greedy search's rows."""
 import tensorflow as tf
 
 from t2t_lite.decoding.strategies.greedy import RowStrategy
+from t2t_lite.keyed_random import hashed_uniform
 from t2t_lite.layers.attention import NEG_INF
-
-# splitmix64's increment and multipliers (Steele, Lea and Flood, 2014); MurmurHash3's
-# finalizer's multipliers and the 32-bit golden ratio.
-_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_GOLDEN_32, _MURMUR1, _MURMUR2 = 0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35
-
-
-def _mixed(x, dtype, steps):
-    """A finalizer of unsigned `x` (a bijection whose every output bit depends on every input
-    bit): x ^= x >> shift, then x *= multiplier, for each (shift, multiplier) of `steps`."""
-    for shift, multiplier in steps:
-        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(shift, dtype)))
-        if multiplier:
-            x = x * tf.constant(multiplier, dtype)
-    return x
-
-
-def hashed_uniform(keys, width):
-    """float32 [n, width] uniform in (0, 1), each value a function of its row's int32 `keys`
-    [n, k] and its column alone: splitmix64 absorbs the keys a row, MurmurHash3's 32-bit
-    finalizer the column (tf.random's stateless ops take one seed per call, this one per row;
-    a Gumbel draw of [32, 32000] took 3.2 ms here, tf.random's 3.9 ms, on 2 shared cores)."""
-    state = tf.zeros([tf.shape(keys)[0]], tf.uint64)
-    for column in range(keys.shape[1]):
-        state = tf.bitwise.bitwise_xor(state, tf.cast(keys[:, column], tf.uint64) +
-                                       tf.constant(_GOLDEN, tf.uint64))
-        state = _mixed(state, tf.uint64, ((30, _MIX1), (27, _MIX2), (31, 0)))
-    columns = tf.cast(tf.range(width), tf.uint32) * tf.constant(_GOLDEN_32, tf.uint32)
-    bits = _mixed(tf.bitwise.bitwise_xor(tf.cast(state, tf.uint32)[:, tf.newaxis],
-                                         columns[tf.newaxis, :]),
-                  tf.uint32, ((16, _MURMUR1), (13, _MURMUR2), (16, 0)))
-    top_24 = tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32))  # float32's precision
-    return (tf.cast(top_24, tf.float32) + 0.5) / 2.0 ** 24
 
 
 class SamplingStrategy(RowStrategy):
