@@ -35,7 +35,9 @@ class SubwordSampler:
             raise UserError(f"sentencepiece_alpha={alpha}: {name} is not a unigram or BPE "
                             f"SentencePiece model split at spaces (as t2t_lite-datagen trains "
                             f"them): sampling its pieces is not done")
-        if alpha <= 0 or (kind == "bpe" and alpha > 1):
+        if alpha <= 0:
+            raise UserError(f"sentencepiece_alpha={alpha}: sampling needs an alpha above 0")
+        if kind == "bpe" and alpha > 1:
             raise UserError(f"sentencepiece_alpha={alpha}: {name} is a BPE model, whose alpha "
                             f"is the probability of skipping a merge: 0 < alpha <= 1")
         self.kind, self.alpha = kind, float(alpha)
