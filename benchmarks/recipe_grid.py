@@ -73,7 +73,7 @@ def bleu(output_dir: str, problem, data_dir: str, sources: list, references: lis
     """sacreBLEU of the last AVERAGE_LAST checkpoints averaged, beam 4, alpha 0.6."""
     averaged = os.path.join(output_dir, harness.AVERAGED)
     averaging.average_checkpoints(output_dir, AVERAGE_LAST, averaged)
-    hparams = saved_run(output_dir).hparams
+    hparams = saved_run(output_dir)["hparams"]
     model = restoring.load_model("transformer", hparams, problem.vocab_size(data_dir),
                                  output_dir, averaged)
     translator = decoder.Translator(model, problem.feature_encoders(data_dir),

@@ -10,12 +10,13 @@ import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
 from t2t_lite.errors import UserError
-from t2t_lite.keyed_random import absorbed, hashed_uniform
+from t2t_lite.keyed_random import absorbed, key_state, uniform_of
 
 WORD_START = ord("\u2581")  # SentencePiece's "▁": a space, and the start of the text
 UNKNOWN_PENALTY = 10.0  # SentencePiece's kUnkPenalty: an unknown character's node scores
 # the lowest piece score minus this
 SAMPLING_BATCH = 256  # examples segmented in one run of the sampler's graph
+WORD_GROUPS = (3, 6, 10, 16)  # the longest word (in characters) of each group segmented at once
 _NORMAL = sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
 _UNIGRAM = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
 _BPE = sentencepiece_model_pb2.TrainerSpec.BPE
@@ -79,11 +80,25 @@ class SubwordSampler:
         word_keys = tf.concat([tf.gather(keys, word_row),
                                tf.cast(tf.range(tf.size(word_row, tf.int64)) - row_starts,
                                        tf.int32)[:, tf.newaxis]], 1)
-        segment = self._unigram if self.kind == "unigram" else self._bpe
-        pieces = segment(words.to_tensor(), tf.cast(words.row_lengths(), tf.int32), word_keys)
+        pieces = self._segmented(words, word_keys)
         counts = tf.math.unsorted_segment_sum(pieces.row_lengths(), word_row,
                                               tf.shape(ids.row_splits)[0] - 1)
         return tf.RaggedTensor.from_row_lengths(pieces.flat_values, counts)
+
+    def _segmented(self, words, keys):
+        """Each word of `words` [W, (characters)] segmented, in groups of similar length (the
+        work of a group grows with the square of its longest word)."""
+        lengths = tf.cast(words.row_lengths(), tf.int32)
+        places, groups = [], []
+        for shortest, longest in zip((0,) + WORD_GROUPS, WORD_GROUPS + (2 ** 31 - 1,)):
+            place = tf.where((lengths > shortest) & (lengths <= longest))[:, 0]
+            group = tf.gather(words, place)
+            places.append(place)
+            group = (group.to_tensor(), tf.gather(lengths, place), tf.gather(keys, place))
+            groups.append(self._unigram(*group, min(longest, self.max_piece))
+                          if self.kind == "unigram" else self._bpe(*group))
+        order = tf.math.invert_permutation(tf.concat(places, 0))
+        return tf.gather(tf.concat(groups, 0), order)
 
     def _node_ids(self, words, lengths, longest):
         """int32 [W, L, longest]: the id of the piece of characters (j - l, j] of each word
@@ -107,11 +122,12 @@ class SubwordSampler:
             ids.append(found)
         return tf.stack(ids, axis=2)
 
-    def _unigram(self, words, lengths, keys):
+    def _unigram(self, words, lengths, keys, longest):
         """Forward-filtering and backward-sampling: `forward[b, w]` the log of the summed
         P(pieces)^alpha of every segmentation of word w's first b characters; then from the
-        end, each last piece drawn by its share of that sum (a Gumbel-max draw)."""
-        node_ids = self._node_ids(words, lengths, self.max_piece)
+        end, each last piece drawn by its share of that sum (a Gumbel-max draw). No word is
+        longer than `longest` characters."""
+        node_ids = self._node_ids(words, lengths, longest)
         scores = tf.where(node_ids >= 0, self.alpha * tf.gather(self.scores,
                                                                 tf.maximum(node_ids, 0)),
                           -np.inf)
@@ -120,7 +136,7 @@ class SubwordSampler:
                               node_ids[:, :, 1:]], 2)
         scores = tf.concat([tf.where(unknown, self.alpha * self.unknown_score,
                                      scores[:, :, 0])[..., None], scores[:, :, 1:]], 2)
-        sizes = tf.range(1, self.max_piece + 1)
+        sizes = tf.range(1, longest + 1)
         length, count = tf.shape(words)[1], tf.shape(words)[0]
 
         def forward_step(end, forward):
@@ -137,23 +153,24 @@ class SubwordSampler:
         def backward_step(step, end, drawn):
             going = end > 0
             last = tf.maximum(end - 1, 0)
-            starts = end[:, tf.newaxis] - sizes[tf.newaxis, :]  # [W, max_piece]
+            starts = end[:, tf.newaxis] - sizes[tf.newaxis, :]  # [W, longest]
             before = tf.gather_nd(forward, tf.stack([
                 tf.maximum(starts, 0), tf.broadcast_to(tf.range(count)[:, tf.newaxis],
                                                        tf.shape(starts))], 2))
             logits = tf.where(starts >= 0, before + tf.gather(scores, last, batch_dims=1),
                               -np.inf)
-            uniform = hashed_uniform(tf.concat([keys, tf.fill([count, 1], step)], 1),
-                                     self.max_piece)
+            uniform = uniform_of(absorbed(word_state, tf.fill([count], step)), longest)
             size = tf.argmax(logits - tf.math.log(-tf.math.log(uniform)), axis=1,
                              output_type=tf.int32)
             piece = tf.gather(tf.gather(node_ids, last, batch_dims=1), size, batch_dims=1)
             return (step + 1, tf.where(going, end - size - 1, end),
                     drawn.write(step, tf.where(going, piece, -1)))
+        word_state = key_state(keys)
         drawn = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None])
-        _, _, drawn = tf.while_loop(lambda step, end, _: tf.reduce_any(end > 0), backward_step,
-                                    (0, lengths, drawn))
-        drawn = tf.transpose(tf.reshape(drawn.stack(), [-1, count]))  # [W, steps], last first
+        _, _, drawn = tf.while_loop(  # one step at least: an empty group stacks one of -1s
+            lambda step, end, _: (step == 0) | tf.reduce_any(end > 0), backward_step,
+            (0, lengths, drawn))
+        drawn = tf.transpose(drawn.stack())  # [W, steps], last first
         counts = tf.reduce_sum(tf.cast(drawn >= 0, tf.int32), 1)
         in_order = tf.reverse_sequence(drawn, counts, seq_axis=1, batch_axis=0)
         return tf.RaggedTensor.from_tensor(in_order, lengths=counts)
@@ -169,6 +186,7 @@ class SubwordSampler:
                            symbols, -1)
         count, width = tf.shape(words)[0], tf.shape(words)[1]
         slots = tf.range(width)[tf.newaxis, :]
+        word_state = key_state(keys)
 
         def step(turn, symbols, dropped, _):
             left, right = symbols[:, :-1], symbols[:, 1:]
@@ -181,20 +199,19 @@ class SubwordSampler:
             moving = tf.reduce_any(merged >= 0, axis=1)
             at = tf.argmax(tf.cast((merged >= 0) & (score == best), tf.int32), axis=1,
                            output_type=tf.int32)
-            uniform = hashed_uniform(tf.concat([keys, tf.fill([count, 1], turn)], 1), 1)[:, 0]
+            uniform = uniform_of(absorbed(word_state, tf.fill([count], turn)), 1)[:, 0]
             drop, merge = moving & (uniform < self.alpha), moving & (uniform >= self.alpha)
-            here = slots == at[:, tf.newaxis]
-            dropped = dropped | (drop[:, tf.newaxis] & here)
-            merge_slots = merge[:, tf.newaxis]
-            new_symbol = tf.gather(merged, tf.minimum(at, width - 2), batch_dims=1)
+            at_column = at[:, tf.newaxis]
+            here, merge_slots = slots == at_column, merge[:, tf.newaxis]
+            new_symbol = tf.reduce_max(tf.where(here[:, :-1], merged, -1), axis=1)
             symbols = tf.where(merge_slots & here, new_symbol[:, tf.newaxis], symbols)
-            follow = tf.where(merge_slots & (slots > at[:, tf.newaxis]),
-                              tf.minimum(slots + 1, width), slots)  # slot `width`: empty
-            symbols = tf.gather(tf.pad(symbols, [[0, 0], [0, 1]], constant_values=-1), follow,
-                                batch_dims=1)
-            renewed = merge_slots & ((slots == at[:, tf.newaxis]) |
-                                     (slots == at[:, tf.newaxis] - 1))
-            dropped = tf.gather(tf.pad(dropped, [[0, 0], [0, 1]]), follow, batch_dims=1)
+            # the merged pair's right symbol leaves: each slot after it takes the next one's
+            shifted = merge_slots & (slots > at_column)
+            symbols = tf.where(shifted, tf.pad(symbols[:, 1:], [[0, 0], [0, 1]],
+                                               constant_values=-1), symbols)
+            dropped = dropped | (drop[:, tf.newaxis] & here)
+            dropped = tf.where(shifted, tf.pad(dropped[:, 1:], [[0, 0], [0, 1]]), dropped)
+            renewed = merge_slots & (here | (slots == at_column - 1))
             return turn + 1, symbols, dropped & ~renewed, tf.reduce_any(moving)
 
         def going_on(turn, symbols, dropped, moving):
@@ -211,6 +228,7 @@ def sampled(dataset: tf.data.Dataset, samplers: dict, key: list) -> tf.data.Data
     `dataset` and the feature, so that each pass of a repeated dataset draws its own."""
     features = sorted(samplers)
 
+    @tf.autograph.experimental.do_not_convert  # no Python control flow to convert
     def sample(places, examples):
         examples, count = dict(examples), tf.size(places)
         place = tf.stack([tf.cast(places // 2 ** 31, tf.int32),
