@@ -217,14 +217,19 @@ def test_lengths_are_filtered_and_bucketed_after_sampling(generated):
     assert mean_length(drawn) > 1.2 * mean_length(stored)
 
 
-def test_alpha_0_reads_the_pieces_datagen_wrote(generated):
-    """At 0 the batches are the records' own, as the pipeline reads them without sampling."""
+def test_alpha_0_and_evaluation_read_the_pieces_datagen_wrote(generated):
+    """At 0 the batches are the records' own, as the pipeline reads them without sampling;
+    at 0.3, evaluation's batches (training=False) are still the records' own."""
     problem = registry.problem("translate_text_files")
     hparams = hparams_of("batch_size=256,max_length=40", "sentencepiece_alpha=0")
     unsampled = pipeline.batched_dataset(problem.filepattern(generated, "train"), hparams,
                                          training=True, seed=3)
     assert as_lists(train_batches(generated, 3, "sentencepiece_alpha=0").take(25)) == \
         as_lists(unsampled.take(25))
+    evaluated = [as_lists(problem.dataset("dev", generated, hparams_of(
+        "batch_size=256,max_length=40", f"sentencepiece_alpha={alpha}"), training=False))
+        for alpha in (0, 0.3)]
+    assert evaluated[0] and evaluated[1] == evaluated[0]
 
 
 def test_a_vocabulary_without_sampling_and_values_without_meaning_are_refused(
