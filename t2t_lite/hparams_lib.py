@@ -117,8 +117,8 @@ class HParams:
                        "batch_size", "max_length", "min_length_bucket",
                        "learning_rate_warmup_steps", "optimizer_multistep_accumulate_steps")
         check.non_negative("num_encoder_layers", "num_decoder_layers", "clip_grad_norm",
-                           "learning_rate_constant", "output_layer_chunk_rows",
-                           "sentencepiece_alpha")
+                           "learning_rate_constant", "output_layer_chunk_rows")
+        check.finite_non_negative("sentencepiece_alpha")
         check.probability("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
                           "label_smoothing")
         if self.hidden_size % self.num_heads:
@@ -189,6 +189,9 @@ class _Checker:
 
     def non_negative(self, *names):
         self._each(names, lambda v: v >= 0, "a number >= 0")
+
+    def finite_non_negative(self, *names):
+        self._each(names, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
 
     def probability(self, *names):
         self._each(names, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1)")

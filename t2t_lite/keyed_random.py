@@ -45,7 +45,8 @@ def uniform_of(state, width):
                                          columns[tf.newaxis, :]),
                   tf.uint32, ((16, _MURMUR1), (13, _MURMUR2), (16, 0)))
     top_24 = tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32))  # float32's precision
-    return (tf.cast(top_24, tf.float32) + 0.5) / 2.0 ** 24
+    uniform = (tf.cast(top_24, tf.float32) + 0.5) / 2.0 ** 24
+    return tf.minimum(uniform, 1.0 - 2.0 ** -24)  # the largest top_24 rounds to 1 otherwise
 
 
 def hashed_uniform(keys, width):

@@ -32,7 +32,8 @@ class SubwordSampler:
         model = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
         spec = model.trainer_spec
         kind = {_UNIGRAM: "unigram", _BPE: "bpe"}.get(spec.model_type)
-        if kind is None or spec.treat_whitespace_as_suffix or not spec.split_by_whitespace:
+        if kind is None or spec.treat_whitespace_as_suffix or not spec.split_by_whitespace or \
+                spec.allow_whitespace_only_pieces:
             raise UserError(f"sentencepiece_alpha={alpha}: {name} is not a unigram or BPE "
                             f"SentencePiece model split at spaces (as t2t_lite-datagen trains "
                             f"them): sampling its pieces is not done")

@@ -156,6 +156,27 @@ def test_each_read_draws_pieces_anew_that_spell_the_same_text(vocabularies, kind
     assert all(a["inputs"].tolist() == b["inputs"].tolist() for a, b in zip(read, again))
 
 
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_an_examples_draws_do_not_depend_on_its_batch(vocabularies, kind):
+    """A sentence drawn alone and in a batch beside a word longer than 16 characters and a
+    character the vocabulary has never seen (its UNK piece kept as it is): the same pieces,
+    row for row, and the other row spells its stored pieces' text."""
+    vocabulary = vocabularies[kind]
+    sampler = SubwordSampler(vocabulary.model_proto, 0.1)
+    plain = vocabulary.encode("reading unstarred overtalkers") + [EOS_ID]
+    odd = vocabulary.encode("unreadinglyoverwalkers s\u00e9ing") + [EOS_ID]
+    assert vocabulary.processor.unk_id() in odd
+    keys = [[5, row] for row in range(40)]
+    alone = sampler(tf.ragged.constant([plain] * 40, tf.int32), tf.constant(keys)).to_list()
+    mixed = sampler(tf.ragged.constant([odd, plain] * 20, tf.int32),
+                    tf.constant([[5, 99], keys[0]] * 20)).to_list()
+    assert len(set(map(tuple, alone))) > 1
+    assert mixed[1::2] == [alone[0]] * 20
+    for row in mixed[::2]:
+        assert vocabulary.decode(row) == vocabulary.decode(odd)
+        assert vocabulary.processor.unk_id() in row
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     """data_dir of translate_text_files (BPE, 60 pieces) on 300 pairs of `sentences`."""
@@ -233,9 +254,10 @@ def test_alpha_0_and_evaluation_read_the_pieces_datagen_wrote(generated):
 
 
 def test_a_vocabulary_without_sampling_and_values_without_meaning_are_refused(
-        copy_task_data, vocabularies, tmp_path):
+        copy_task_data, vocabularies, generated, tmp_path):
     """The trainer on the copy problem (symbols, not pieces): one error line, status 2, no
-    output folder; a BPE alpha above 1 and a negative alpha: errors naming them."""
+    output folder; a BPE alpha above 1, a negative or infinite alpha and a seed beyond int32:
+    errors naming them."""
     data_dir, output_dir = copy_task_data(20, 5), tmp_path / "run"
     status, output = run("trainer", *trainer_flags(data_dir, output_dir, hparams=joined(
         TINY, "sentencepiece_alpha=0.1")))
@@ -246,5 +268,8 @@ def test_a_vocabulary_without_sampling_and_values_without_meaning_are_refused(
     with pytest.raises(UserError, match="BPE model, whose alpha is the probability of "
                                         "skipping a merge: 0 < alpha <= 1"):
         SubwordSampler(vocabularies["bpe"].model_proto, 1.5)
-    with pytest.raises(HParamsError, match="sentencepiece_alpha"):
-        hparams_of("sentencepiece_alpha=-0.1")
+    for alpha in ("-0.1", "inf"):
+        with pytest.raises(HParamsError, match=f"sentencepiece_alpha={alpha}"):
+            hparams_of(f"sentencepiece_alpha={alpha}")
+    with pytest.raises(UserError, match="--seed=2147483648: subword sampling"):
+        train_batches(generated, 2 ** 31, "sentencepiece_alpha=0.1")
