@@ -227,17 +227,24 @@ def sampled(dataset: tf.data.Dataset, samplers: dict, key: list) -> tf.data.Data
     """`dataset`'s examples ({feature: int32 ids}) with each feature of `samplers` segmented
     anew: its draws keyed by `key` (ints: the seed, the corpus), the example's place in
     `dataset` and the feature, so that each pass of a repeated dataset draws its own."""
-    features = sorted(samplers)
+    numbers = {feature: number for number, feature in enumerate(sorted(samplers))}
+    sharing = {}  # the features of each sampler (a joint vocabulary's: both), in one call
+    for feature in numbers:
+        sharing.setdefault(id(samplers[feature]), []).append(feature)
 
     @tf.autograph.experimental.do_not_convert  # no Python control flow to convert
     def sample(places, examples):
         examples, count = dict(examples), tf.size(places)
         place = tf.stack([tf.cast(places // 2 ** 31, tf.int32),
                           tf.cast(places % 2 ** 31, tf.int32)], 1)
-        for number, feature in enumerate(features):
-            keys = tf.concat([tf.broadcast_to(tf.constant(key + [number], tf.int32),
-                                              [count, len(key) + 1]), place], 1)
-            examples[feature] = samplers[feature](examples[feature], keys)
+        for features in sharing.values():
+            keys = tf.concat([tf.concat([tf.broadcast_to(
+                tf.constant(key + [numbers[feature]], tf.int32), [count, len(key) + 1]), place],
+                1) for feature in features], 0)
+            drawn = samplers[features[0]](
+                tf.concat([examples[feature] for feature in features], 0), keys)
+            for number, feature in enumerate(features):
+                examples[feature] = drawn[number * count:(number + 1) * count]
         return examples
     return (dataset.enumerate().ragged_batch(SAMPLING_BATCH)
             .map(sample, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
