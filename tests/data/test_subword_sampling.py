@@ -132,7 +132,7 @@ def reversed_words(line: str) -> str:
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])
 def test_each_read_draws_pieces_anew_that_spell_the_same_text(vocabularies, kind):
     """Two passes over 200 sentences: every draw decodes to its sentence, and most sentences
-    are drawn otherwise the second time; the keys alone decide the draws."""
+    are drawn otherwise the second time."""
     vocabulary = vocabularies[kind]
     lines = sentences(200, seed=2)
     examples = {"inputs": [vocabulary.encode(line) + [EOS_ID] for line in lines],
@@ -151,9 +151,6 @@ def test_each_read_draws_pieces_anew_that_spell_the_same_text(vocabularies, kind
     differ = sum(read[i]["inputs"].tolist() != read[i + 200]["inputs"].tolist()
                  for i in range(200))
     assert differ > 100, differ
-    again = list(sampled(dataset.repeat(2), {"inputs": sampler, "targets": sampler},
-                         [7, 0]).as_numpy_iterator())
-    assert all(a["inputs"].tolist() == b["inputs"].tolist() for a, b in zip(read, again))
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])
@@ -213,8 +210,8 @@ def test_the_seed_decides_the_batches_and_a_resume_reads_the_uninterrupted_runs(
     uninterrupted = as_lists(train_batches(generated, 3, "sentencepiece_alpha=0.1").take(60))
     assert as_lists(train_batches(generated, 3, "sentencepiece_alpha=0.1").take(60)) == \
         uninterrupted
-    assert as_lists(train_batches(generated, 4, "sentencepiece_alpha=0.1").take(60)) != \
-        uninterrupted
+    assert as_lists(train_batches(generated, 4, "sentencepiece_alpha=0.1").take(10)) != \
+        uninterrupted[:10]
     resumed = as_lists(train_batches(generated, 3, "sentencepiece_alpha=0.1").skip(45).take(15))
     assert resumed == uninterrupted[45:]
     assert sum(len(batch["inputs"]) for batch in uninterrupted) > 300
