@@ -174,7 +174,9 @@ def _sampling(samplers: dict, seed: int, corpus: int):
     if not samplers:
         return None
     from t2t_lite.data import subword_sampling
-    return lambda dataset: subword_sampling.sampled(dataset, samplers, [seed or 0, corpus])
+    return lambda dataset: subword_sampling.sampled(dataset, samplers,
+                                                    subword_sampling.run_key(samplers, seed,
+                                                                             corpus))
 
 
 def batched_dataset(filepattern, hparams, training: bool, shuffle_files: bool = True,

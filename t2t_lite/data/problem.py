@@ -472,9 +472,6 @@ class Problem:
                         allow_unverified=allow_unverified)
         samplers = (self.subword_samplers(data_dir, hparams.sentencepiece_alpha)
                     if training and hparams.sentencepiece_alpha else None)
-        if samplers and not 0 <= (seed or 0) < 2 ** 31:
-            raise UserError(f"--seed={seed}: subword sampling (sentencepiece_alpha="
-                            f"{hparams.sentencepiece_alpha}) takes seeds from 0 to 2^31 - 1")
         return self._batches(self.split_corpora(data_dir, split_name), hparams, training,
                              training if shuffle_files is None else shuffle_files, repeat,
                              num_replicas, seed, samplers)

@@ -251,18 +251,27 @@ def sampled(dataset: tf.data.Dataset, samplers: dict, key: list) -> tf.data.Data
             .map(lambda example: example))  # unbatch's ragged rows of rank 0 become Tensors
 
 
+def run_key(samplers: dict, seed: int, corpus: int) -> list:
+    """`sampled`'s key of a run's corpus: [seed, corpus], int32 values; a UserError names a
+    --seed beyond them."""
+    if not 0 <= (seed or 0) < 2 ** 31:
+        alpha = next(iter(samplers.values())).alpha
+        raise UserError(f"--seed={seed}: subword sampling (sentencepiece_alpha={alpha}) takes "
+                        f"seeds from 0 to 2^31 - 1")
+    return [seed or 0, corpus]
+
+
 def _string_keys(sequences) -> np.ndarray:
     """int64 [len(sequences)]: the key `absorbed` gives each sequence of codepoints, as
     SubwordSampler._node_ids computes it for a window of a word."""
-    width = max(len(sequence) for sequence in sequences)
+    lengths = np.array([len(sequence) for sequence in sequences])
+    width = lengths.max()
     codes = np.zeros([len(sequences), width], np.int32)
     for row, sequence in enumerate(sequences):
         codes[row, width - len(sequence):] = sequence  # right-aligned: the first absorbed first
     state = tf.zeros([len(sequences)], tf.uint64)
-    started = np.zeros([len(sequences)], bool)
     for column in range(width):
-        started |= np.arange(width)[column] >= width - np.array([len(s) for s in sequences])
-        state = tf.where(started, absorbed(state, codes[:, column]), state)
+        state = tf.where(column >= width - lengths, absorbed(state, codes[:, column]), state)
     return tf.bitcast(state, tf.int64).numpy()
 
 
